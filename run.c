@@ -1,0 +1,1151 @@
+/* run.c: inference for Llama-architecture transformers, in one C file.
+
+   ./run model.bin -i "Once upon a time"
+
+   The program memory-maps a flat checkpoint (llama2.c's legacy layout, or the
+   versioned layouts with a 256-byte header), encodes the prompt with a
+   SentencePiece-compatible BPE tokenizer, and then loops: forward() turns one
+   token at one position into logits over the vocabulary, the sampler picks the
+   next token, and its text piece is printed. Sections follow that data flow:
+   config and weights, run state, math blocks, forward(), tokenizer, sampler,
+   generate/chat, command line. */
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Every error ends up here: one line on stderr, then a non-zero exit. */
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("run: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) fail("out of memory (asked for %zu bytes)", n);
+    return p;
+}
+
+static void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) fail("out of memory (asked for %zu x %zu bytes)", count, size);
+    return p;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Config and weights                                                         */
+
+typedef struct {
+    int dim;        /* width of the residual stream */
+    int hidden_dim; /* width of the feed-forward layer */
+    int n_layers;
+    int n_heads;    /* query heads */
+    int n_kv_heads; /* key/value heads; fewer than n_heads means grouped-query attention */
+    int vocab_size;
+    int seq_len;    /* longest context the model was trained for */
+    int shared_classifier; /* the output layer reuses the token embedding */
+    int version;    /* 0 = llama2.c legacy, 1 = fp32 with header, 2 = int8 */
+    int group_size; /* version 2: values per int8 scale */
+    float rope_theta;
+    float norm_eps;
+} Config;
+
+/* A weight matrix of `rows` x `cols`, row-major: fp32 values, or (version 2)
+   int8 values with one fp32 scale per group of group_size consecutive values. */
+typedef struct {
+    const float *f32;
+    const int8_t *q;
+    const float *scale;
+} Matrix;
+
+typedef struct {
+    Matrix token_embedding;   /* [vocab_size][dim] */
+    const float *rms_att;     /* [n_layers][dim] */
+    const float *rms_ffn;     /* [n_layers][dim] */
+    const float *rms_final;   /* [dim] */
+    Matrix *wq, *wk, *wv, *wo; /* per layer: [dim][dim], [kv_dim][dim], [kv_dim][dim], [dim][dim] */
+    Matrix *w1, *w2, *w3;     /* per layer: [hidden][dim], [dim][hidden], [hidden][dim] */
+    Matrix classifier;        /* [vocab_size][dim] */
+} Weights;
+
+typedef struct {
+    Config config;
+    Weights weights;
+    const uint8_t *data; /* the whole file, memory-mapped read-only */
+    size_t file_size;
+} Checkpoint;
+
+#define HEADER_MAGIC 0x616b3432u /* "ak42" */
+#define HEADER_SIZE 256
+#define LEGACY_HEADER_SIZE 28
+
+static int32_t read_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static float read_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
+
+/* Reads and checks the header; returns the byte size the whole file must have.
+   Sizes are computed in 64 bits and every product is checked, so that a hostile
+   header cannot wrap an offset. */
+static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const char *path) {
+    int32_t fields[7];
+    size_t offset;
+    memset(c, 0, sizeof *c);
+    if (avail >= 8 && (uint32_t)read_i32(h) == HEADER_MAGIC) {
+        if (avail < HEADER_SIZE) fail("%s: truncated header (%zu of %d bytes)", path, avail, HEADER_SIZE);
+        c->version = read_i32(h + 4);
+        if (c->version != 1 && c->version != 2)
+            fail("%s: unknown checkpoint version %d (this program reads 0, 1 and 2)", path, c->version);
+        for (int i = 0; i < 7; i++) fields[i] = read_i32(h + 8 + 4 * i);
+        if (h[36] > 1) fail("%s: shared_classifier flag is %d, expected 0 or 1", path, h[36]);
+        c->shared_classifier = h[36];
+        c->group_size = c->version == 2 ? read_i32(h + 37) : 0;
+        c->rope_theta = read_f32(h + 44);
+        c->norm_eps = read_f32(h + 48);
+        offset = HEADER_SIZE;
+    } else {
+        if (avail < LEGACY_HEADER_SIZE)
+            fail("%s: truncated header (%zu of %d bytes)", path, avail, LEGACY_HEADER_SIZE);
+        for (int i = 0; i < 7; i++) fields[i] = read_i32(h + 4 * i);
+        /* legacy files flag a separate classifier with a negative vocab_size */
+        c->shared_classifier = fields[5] > 0;
+        if (fields[5] < 0 && fields[5] != INT32_MIN) fields[5] = -fields[5];
+        offset = LEGACY_HEADER_SIZE;
+    }
+    static const char *names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
+    for (int i = 0; i < 7; i++)
+        if (fields[i] <= 0) fail("%s: header field %s is %d, must be positive", path, names[i], fields[i]);
+    c->dim = fields[0]; c->hidden_dim = fields[1]; c->n_layers = fields[2]; c->n_heads = fields[3];
+    c->n_kv_heads = fields[4]; c->vocab_size = fields[5]; c->seq_len = fields[6];
+    if (c->dim % c->n_heads) fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
+    if ((c->dim / c->n_heads) % 2) fail("%s: head size %d is odd (RoPE rotates pairs)", path, c->dim / c->n_heads);
+    if (c->n_heads % c->n_kv_heads)
+        fail("%s: n_heads %d is not a multiple of n_kv_heads %d", path, c->n_heads, c->n_kv_heads);
+    if (c->version == 2) {
+        if (c->group_size <= 0) fail("%s: group_size is %d, must be positive", path, c->group_size);
+        if (c->dim % c->group_size || c->hidden_dim % c->group_size)
+            fail("%s: group_size %d does not divide dim %d and hidden_dim %d", path, c->group_size, c->dim, c->hidden_dim);
+    }
+    if (c->rope_theta == 0) c->rope_theta = 10000.0f;
+    if (c->norm_eps == 0) c->norm_eps = 1e-5f;
+    if (!(c->rope_theta > 0 && c->rope_theta < INFINITY)) fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
+    if (!(c->norm_eps > 0 && c->norm_eps < 1)) fail("%s: rms_norm_eps %g is not in (0, 1)", path, c->norm_eps);
+
+    /* Count the bytes. Each field is below 2^31, so an estimate in double
+       precision tells whether the exact 64-bit sum below could overflow. */
+    double dim = c->dim, hidden = c->hidden_dim, layers = c->n_layers, vocab = c->vocab_size;
+    double kv_dim = dim / c->n_heads * c->n_kv_heads, head_size = dim / c->n_heads;
+    double estimate = 4 * (layers * (2 * dim * dim + 2 * kv_dim * dim + 3 * hidden * dim + 2 * dim)
+                           + 2 * vocab * dim + dim + (double)c->seq_len * head_size);
+    if (estimate > (double)((uint64_t)1 << 50)) fail("%s: header sizes overflow (%.3g bytes)", path, estimate);
+    uint64_t per_layer = 2 * (uint64_t)c->dim * c->dim + 2 * (uint64_t)kv_dim * c->dim + 3 * (uint64_t)c->hidden_dim * c->dim;
+    uint64_t matrices = per_layer * c->n_layers + (uint64_t)c->vocab_size * c->dim * (c->shared_classifier ? 1 : 2);
+    uint64_t norms = (2 * (uint64_t)c->n_layers + 1) * c->dim;
+    uint64_t size = offset + 4 * norms;
+    if (c->version == 2) size += matrices + 4 * (matrices / c->group_size);
+    else size += 4 * matrices;
+    if (c->version == 0) size += 4 * (uint64_t)c->seq_len * (uint64_t)head_size; /* unused RoPE tables */
+    return size;
+}
+
+/* Walks the mapped file in storage order, handing out tensors. */
+typedef struct {
+    const uint8_t *p;
+    const char *path;
+    int group_size;
+} Cursor;
+
+static const float *take_f32(Cursor *cur, uint64_t count) {
+    const float *t = (const float *)cur->p;
+    if ((uintptr_t)t % sizeof(float)) fail("%s: float tensor at a misaligned offset", cur->path);
+    cur->p += count * sizeof(float);
+    return t;
+}
+
+static Matrix take_matrix(Cursor *cur, uint64_t rows, uint64_t cols) {
+    Matrix m = {0};
+    if (cur->group_size == 0) {
+        m.f32 = take_f32(cur, rows * cols);
+    } else {
+        m.q = (const int8_t *)cur->p;
+        cur->p += rows * cols;
+        m.scale = take_f32(cur, rows * cols / cur->group_size);
+    }
+    return m;
+}
+
+static Matrix *take_layers(Cursor *cur, int layers, uint64_t rows, uint64_t cols) {
+    Matrix *m = xmalloc(layers * sizeof *m);
+    for (int l = 0; l < layers; l++) m[l] = take_matrix(cur, rows, cols);
+    return m;
+}
+
+/* Points every weight into the mapping. Version 0 stores each layer's tensors
+   interleaved by kind, versions 1 and 2 store the norms first. */
+static void map_weights(Checkpoint *ck, const char *path) {
+    const Config *c = &ck->config;
+    Weights *w = &ck->weights;
+    uint64_t dim = c->dim, hidden = c->hidden_dim, L = c->n_layers;
+    uint64_t kv_dim = dim / c->n_heads * c->n_kv_heads;
+    Cursor cur = {ck->data, path, c->version == 2 ? c->group_size : 0};
+    if (c->version == 0) {
+        cur.p += LEGACY_HEADER_SIZE;
+        w->token_embedding = take_matrix(&cur, c->vocab_size, dim);
+        w->rms_att = take_f32(&cur, L * dim);
+        w->wq = take_layers(&cur, L, dim, dim);
+        w->wk = take_layers(&cur, L, kv_dim, dim);
+        w->wv = take_layers(&cur, L, kv_dim, dim);
+        w->wo = take_layers(&cur, L, dim, dim);
+        w->rms_ffn = take_f32(&cur, L * dim);
+        w->w1 = take_layers(&cur, L, hidden, dim);
+        w->w2 = take_layers(&cur, L, dim, hidden);
+        w->w3 = take_layers(&cur, L, hidden, dim);
+        w->rms_final = take_f32(&cur, dim);
+        take_f32(&cur, (uint64_t)c->seq_len * (dim / c->n_heads)); /* legacy RoPE tables, unused */
+    } else {
+        cur.p += HEADER_SIZE;
+        w->rms_att = take_f32(&cur, L * dim);
+        w->rms_ffn = take_f32(&cur, L * dim);
+        w->rms_final = take_f32(&cur, dim);
+        w->token_embedding = take_matrix(&cur, c->vocab_size, dim);
+        w->wq = take_layers(&cur, L, dim, dim);
+        w->wk = take_layers(&cur, L, kv_dim, dim);
+        w->wv = take_layers(&cur, L, kv_dim, dim);
+        w->wo = take_layers(&cur, L, dim, dim);
+        w->w1 = take_layers(&cur, L, hidden, dim);
+        w->w2 = take_layers(&cur, L, dim, hidden);
+        w->w3 = take_layers(&cur, L, hidden, dim);
+    }
+    w->classifier = c->shared_classifier ? w->token_embedding : take_matrix(&cur, c->vocab_size, dim);
+}
+
+static void open_checkpoint(Checkpoint *ck, const char *path) {
+    memset(ck, 0, sizeof *ck);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) fail("%s: cannot open checkpoint: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) fail("%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", path);
+    uint8_t header[HEADER_SIZE];
+    ssize_t got = pread(fd, header, sizeof header, 0);
+    if (got < 0) fail("%s: cannot read: %s", path, strerror(errno));
+    uint64_t expected = parse_header(&ck->config, header, (size_t)got, path);
+    if ((uint64_t)st.st_size != expected)
+        fail("%s: file is %lld bytes but its header describes %llu bytes", path,
+             (long long)st.st_size, (unsigned long long)expected);
+    ck->file_size = (size_t)st.st_size;
+    void *data = mmap(NULL, ck->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data == MAP_FAILED) fail("%s: cannot mmap: %s", path, strerror(errno));
+    close(fd);
+    ck->data = data;
+    map_weights(ck, path);
+}
+
+static void close_checkpoint(Checkpoint *ck) {
+    Weights *w = &ck->weights;
+    free(w->wq); free(w->wk); free(w->wv); free(w->wo);
+    free(w->w1); free(w->w2); free(w->w3);
+    if (ck->data) munmap((void *)ck->data, ck->file_size);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Run state: every buffer forward() needs, allocated once                    */
+
+/* A vector quantized to int8 in groups, for the version 2 matmul. */
+typedef struct {
+    int8_t *q;
+    float *scale;
+} QuantizedVector;
+
+typedef struct {
+    float *x;      /* residual stream [dim] */
+    float *xb;     /* normalised x, then attention output [dim] */
+    float *xb2;    /* projection output [dim] */
+    float *hb;     /* feed-forward gate [hidden_dim] */
+    float *hb2;    /* feed-forward up [hidden_dim] */
+    float *q;      /* queries of the current position [dim] */
+    float *att;    /* attention scores [n_heads][seq_len] */
+    float *logits; /* [vocab_size] */
+    float *key_cache;   /* [n_layers][seq_len][kv_dim] */
+    float *value_cache; /* [n_layers][seq_len][kv_dim] */
+    float *rope_cos;    /* [seq_len][head_size / 2] */
+    float *rope_sin;
+    QuantizedVector xq; /* version 2: the matmul input in int8 [max(dim, hidden_dim)] */
+} RunState;
+
+static void init_run_state(RunState *s, const Config *c) {
+    size_t kv_dim = (size_t)c->dim / c->n_heads * c->n_kv_heads;
+    size_t head_size = c->dim / c->n_heads;
+    size_t cache = (size_t)c->n_layers * c->seq_len * kv_dim;
+    size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    s->x = xcalloc(c->dim, sizeof(float));
+    s->xb = xcalloc(c->dim, sizeof(float));
+    s->xb2 = xcalloc(c->dim, sizeof(float));
+    s->hb = xcalloc(c->hidden_dim, sizeof(float));
+    s->hb2 = xcalloc(c->hidden_dim, sizeof(float));
+    s->q = xcalloc(c->dim, sizeof(float));
+    s->att = xcalloc((size_t)c->n_heads * c->seq_len, sizeof(float));
+    s->logits = xcalloc(c->vocab_size, sizeof(float));
+    s->key_cache = xcalloc(cache, sizeof(float));
+    s->value_cache = xcalloc(cache, sizeof(float));
+    s->xq.q = xcalloc(widest, 1);
+    s->xq.scale = xcalloc(widest, sizeof(float));
+    /* RoPE angles depend only on position and pair index: compute them once,
+       with the same float expression as llama2.c so results match bit for bit */
+    s->rope_cos = xcalloc((size_t)c->seq_len * head_size / 2, sizeof(float));
+    s->rope_sin = xcalloc((size_t)c->seq_len * head_size / 2, sizeof(float));
+    for (int pos = 0; pos < c->seq_len; pos++) {
+        for (size_t i = 0; i < head_size; i += 2) {
+            float freq = 1.0f / powf(c->rope_theta, i / (float)head_size);
+            float angle = pos * freq;
+            s->rope_cos[pos * head_size / 2 + i / 2] = cosf(angle);
+            s->rope_sin[pos * head_size / 2 + i / 2] = sinf(angle);
+        }
+    }
+}
+
+static void free_run_state(RunState *s) {
+    free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q);
+    free(s->att); free(s->logits); free(s->key_cache); free(s->value_cache);
+    free(s->xq.q); free(s->xq.scale); free(s->rope_cos); free(s->rope_sin);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Math blocks                                                                */
+
+/* out = x / rms(x) * weight, rms(x) = sqrt(mean(x^2) + eps). out may be x. */
+static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    ss /= n;
+    ss += eps;
+    ss = 1.0f / sqrtf(ss);
+    for (int i = 0; i < n; i++) out[i] = weight[i] * (ss * x[i]);
+}
+
+/* In place: x = exp(x - max) / sum(exp(x - max)); subtracting the max keeps
+   exp() from overflowing without changing the result. */
+static void softmax(float *x, int n) {
+    float max_val = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > max_val) max_val = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max_val);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+/* out[d] = W[d][n] . x[n], fp32. */
+static void matmul_f32(float *out, const float *x, const float *w, int n, int d) {
+    for (int i = 0; i < d; i++) {
+        const float *row = w + (size_t)i * n;
+        float val = 0.0f;
+        for (int j = 0; j < n; j++) val += row[j] * x[j];
+        out[i] = val;
+    }
+}
+
+/* Symmetric int8 quantization per group: scale = max|x| / 127, q = round(x / scale). */
+static void quantize(QuantizedVector *out, const float *x, int n, int group_size) {
+    for (int g = 0; g < n / group_size; g++) {
+        const float *group = x + g * group_size;
+        float max_abs = 0.0f;
+        for (int i = 0; i < group_size; i++) {
+            float a = fabsf(group[i]);
+            if (a > max_abs) max_abs = a;
+        }
+        float scale = max_abs / 127.0f;
+        out->scale[g] = scale;
+        for (int i = 0; i < group_size; i++)
+            out->q[g * group_size + i] = scale > 0 ? (int8_t)roundf(group[i] / scale) : 0;
+    }
+}
+
+/* out[d] = W[d][n] . x[n] with both sides int8: integer dot products per group,
+   each scaled by the weight group's and the input group's scales. */
+static void matmul_q8(float *out, const QuantizedVector *x, const Matrix *w, int n, int d, int group_size) {
+    for (int i = 0; i < d; i++) {
+        const int8_t *row = w->q + (size_t)i * n;
+        const float *row_scale = w->scale + (size_t)i * n / group_size;
+        float val = 0.0f;
+        for (int j = 0; j < n; j += group_size) {
+            int32_t ival = 0;
+            for (int k = 0; k < group_size; k++) ival += (int32_t)x->q[j + k] * row[j + k];
+            val += (float)ival * row_scale[j / group_size] * x->scale[j / group_size];
+        }
+        out[i] = val;
+    }
+}
+
+/* out = W x for either storage of W. */
+static void matmul(RunState *s, float *out, const float *x, const Matrix *w, int n, int d, int group_size) {
+    if (w->f32) {
+        matmul_f32(out, x, w->f32, n, d);
+    } else {
+        quantize(&s->xq, x, n, group_size);
+        matmul_q8(out, &s->xq, w, n, d, group_size);
+    }
+}
+
+/* Row `token` of the embedding table, dequantized when stored as int8. */
+static void embed(float *out, const Matrix *table, int token, int dim, int group_size) {
+    if (table->f32) {
+        memcpy(out, table->f32 + (size_t)token * dim, dim * sizeof(float));
+    } else {
+        const int8_t *q = table->q + (size_t)token * dim;
+        const float *scale = table->scale + (size_t)token * dim / group_size;
+        for (int i = 0; i < dim; i++) out[i] = q[i] * scale[i / group_size];
+    }
+}
+
+/* Rotary position embedding: each adjacent pair (v[2i], v[2i+1]) of every head
+   is rotated by the angle pos * theta^(-2i/head_size). */
+static void rope(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos) {
+    for (int i = 0; i < n; i += 2) {
+        int pair = (i % head_size) / 2;
+        float fcr = cos_pos[pair], fci = sin_pos[pair];
+        float v0 = v[i], v1 = v[i + 1];
+        v[i] = v0 * fcr - v1 * fci;
+        v[i + 1] = v0 * fci + v1 * fcr;
+    }
+}
+
+/* One query head attending over the cached positions 0..pos: scores are
+   q.k / sqrt(head_size), softmaxed, then used to mix the values. */
+static void attention_head(float *out, const float *q, const float *keys, const float *values,
+                           float *att, int pos, int head_size, int kv_dim) {
+    for (int t = 0; t <= pos; t++) {
+        const float *k = keys + (size_t)t * kv_dim;
+        float score = 0.0f;
+        for (int i = 0; i < head_size; i++) score += q[i] * k[i];
+        att[t] = score / sqrtf(head_size);
+    }
+    softmax(att, pos + 1);
+    memset(out, 0, head_size * sizeof(float));
+    for (int t = 0; t <= pos; t++) {
+        const float *v = values + (size_t)t * kv_dim;
+        float a = att[t];
+        for (int i = 0; i < head_size; i++) out[i] += a * v[i];
+    }
+}
+
+/* SwiGLU: hb = silu(hb) * hb2, silu(x) = x * sigmoid(x). */
+static void swiglu(float *hb, const float *hb2, int n) {
+    for (int i = 0; i < n; i++) {
+        float val = hb[i];
+        val *= 1.0f / (1.0f + expf(-val));
+        val *= hb2[i];
+        hb[i] = val;
+    }
+}
+
+static void add(float *x, const float *y, int n) {
+    for (int i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* ------------------------------------------------------------------------- */
+/* forward(): one token at one position in, logits over the vocabulary out    */
+
+static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
+    const Config *c = &ck->config;
+    const Weights *w = &ck->weights;
+    int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
+    int head_size = dim / c->n_heads;
+    int kv_dim = head_size * c->n_kv_heads;
+    int heads_per_kv = c->n_heads / c->n_kv_heads;
+    const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2;
+    const float *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
+
+    embed(s->x, &w->token_embedding, token, dim, gs);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        /* attention: K and V go straight into this position's cache row */
+        float *layer_keys = s->key_cache + (size_t)l * c->seq_len * kv_dim;
+        float *layer_values = s->value_cache + (size_t)l * c->seq_len * kv_dim;
+        float *k = layer_keys + (size_t)pos * kv_dim;
+        float *v = layer_values + (size_t)pos * kv_dim;
+        rmsnorm(s->xb, s->x, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
+        matmul(s, s->q, s->xb, &w->wq[l], dim, dim, gs);
+        matmul(s, k, s->xb, &w->wk[l], dim, kv_dim, gs);
+        matmul(s, v, s->xb, &w->wv[l], dim, kv_dim, gs);
+        rope(s->q, dim, head_size, cos_pos, sin_pos);
+        rope(k, kv_dim, head_size, cos_pos, sin_pos);
+        for (int h = 0; h < c->n_heads; h++) {
+            int kv_head = h / heads_per_kv; /* grouped-query attention */
+            attention_head(s->xb + h * head_size, s->q + h * head_size,
+                           layer_keys + kv_head * head_size, layer_values + kv_head * head_size,
+                           s->att + (size_t)h * c->seq_len, pos, head_size, kv_dim);
+        }
+        matmul(s, s->xb2, s->xb, &w->wo[l], dim, dim, gs);
+        add(s->x, s->xb2, dim);
+
+        /* feed-forward: w2(silu(w1 x) * w3 x) */
+        rmsnorm(s->xb, s->x, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
+        matmul(s, s->hb, s->xb, &w->w1[l], dim, hidden_dim, gs);
+        matmul(s, s->hb2, s->xb, &w->w3[l], dim, hidden_dim, gs);
+        swiglu(s->hb, s->hb2, hidden_dim);
+        matmul(s, s->xb, s->hb, &w->w2[l], hidden_dim, dim, gs);
+        add(s->x, s->xb, dim);
+    }
+
+    rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
+    matmul(s, s->logits, s->x, &w->classifier, dim, c->vocab_size, gs);
+    return s->logits;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Tokenizer: text <-> token ids, SentencePiece BPE compatible                */
+
+enum { UNK_ID = 0, BOS_ID = 1, EOS_ID = 2 }; /* fixed by the Llama vocabularies */
+
+typedef struct {
+    int vocab_size;
+    char **pieces;        /* piece text, NUL-terminated; spaces stand for U+2581 */
+    int *piece_len;
+    float *scores;        /* merge priority: higher merges first */
+    int *sorted;          /* ids of mergeable pieces, sorted by text, for lookup */
+    int n_sorted;
+    int byte_piece[256];  /* id of the "<0xXX>" piece for each byte, or -1 */
+    unsigned char byte_of[256]; /* scratch for decode(): a byte piece's one byte */
+} Tokenizer;
+
+/* "<0xXX>" pieces stand for one raw byte; returns the byte or -1. */
+static int byte_piece_value(const char *piece, int len) {
+    if (len != 6 || memcmp(piece, "<0x", 3) != 0 || piece[5] != '>') return -1;
+    if (!isxdigit((unsigned char)piece[3]) || !isxdigit((unsigned char)piece[4])) return -1;
+    char hex[3] = {piece[3], piece[4], 0};
+    return (int)strtol(hex, NULL, 16);
+}
+
+static int compare_text(const char *a, int alen, const char *b, int blen) {
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c ? c : (alen > blen) - (alen < blen);
+}
+
+static const Tokenizer *sort_tokenizer; /* qsort has no context argument */
+static int compare_piece_ids(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    int c = compare_text(sort_tokenizer->pieces[x], sort_tokenizer->piece_len[x],
+                         sort_tokenizer->pieces[y], sort_tokenizer->piece_len[y]);
+    return c ? c : (x > y) - (x < y);
+}
+
+/* Reads llama2.c's tokenizer.bin: int32 max_token_length, then per piece
+   float32 score, int32 length, the bytes. */
+static void load_tokenizer(Tokenizer *t, const char *path, int vocab_size) {
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f) fail("%s: cannot open tokenizer: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) fail("%s: tokenizer is not a regular file", path);
+    int32_t max_token_length;
+    if (fread(&max_token_length, 4, 1, f) != 1) fail("%s: tokenizer is truncated (no header)", path);
+    if (max_token_length <= 0) fail("%s: max_token_length is %d, must be positive", path, max_token_length);
+    t->vocab_size = vocab_size;
+    t->pieces = xcalloc(vocab_size, sizeof(char *));
+    t->piece_len = xcalloc(vocab_size, sizeof(int));
+    t->scores = xcalloc(vocab_size, sizeof(float));
+    long long remaining = (long long)st.st_size - 4;
+    for (int i = 0; i < vocab_size; i++) {
+        int32_t len = 0;
+        if (fread(&t->scores[i], 4, 1, f) != 1 || fread(&len, 4, 1, f) != 1)
+            fail("%s: tokenizer has %d pieces, the model needs %d", path, i, vocab_size);
+        remaining -= 8;
+        if (len < 0) fail("%s: piece %d has negative length %d", path, i, len);
+        if (len > remaining) fail("%s: piece %d has length %d, past the end of the file", path, i, len);
+        if (!isfinite(t->scores[i])) fail("%s: piece %d has a non-finite score", path, i);
+        t->pieces[i] = xmalloc((size_t)len + 1);
+        if (len > 0 && fread(t->pieces[i], len, 1, f) != 1) fail("%s: piece %d is truncated", path, i);
+        t->pieces[i][len] = '\0';
+        t->piece_len[i] = len;
+        remaining -= len;
+    }
+    fclose(f);
+
+    /* SentencePiece merges only into normal pieces: not unk/BOS/EOS, not byte pieces */
+    memset(t->byte_piece, -1, sizeof t->byte_piece);
+    for (int b = 0; b < 256; b++) t->byte_of[b] = (unsigned char)b;
+    t->sorted = xmalloc(vocab_size * sizeof(int));
+    for (int i = 0; i < vocab_size; i++) {
+        int b = byte_piece_value(t->pieces[i], t->piece_len[i]);
+        if (b >= 0) {
+            if (t->byte_piece[b] < 0) t->byte_piece[b] = i;
+        } else if (i != UNK_ID && i != BOS_ID && i != EOS_ID && t->piece_len[i] > 0) {
+            t->sorted[t->n_sorted++] = i;
+        }
+    }
+    sort_tokenizer = t;
+    qsort(t->sorted, t->n_sorted, sizeof(int), compare_piece_ids);
+}
+
+static void free_tokenizer(Tokenizer *t) {
+    for (int i = 0; i < t->vocab_size; i++) free(t->pieces[i]);
+    free(t->pieces); free(t->piece_len); free(t->scores); free(t->sorted);
+}
+
+/* The id of a mergeable piece with exactly this text, or -1 (lowest id on duplicates). */
+static int lookup_piece(const Tokenizer *t, const char *text, int len) {
+    int lo = 0, hi = t->n_sorted;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, id = t->sorted[mid];
+        if (compare_text(t->pieces[id], t->piece_len[id], text, len) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < t->n_sorted) {
+        int id = t->sorted[lo];
+        if (compare_text(t->pieces[id], t->piece_len[id], text, len) == 0) return id;
+    }
+    return -1;
+}
+
+/* Length of the UTF-8 character at s (n bytes available), by SentencePiece's
+   rules: 0 when the bytes are not a valid, shortest-form encoding of a scalar value. */
+static int utf8_char_len(const unsigned char *s, size_t n) {
+    uint32_t cp;
+    int len;
+    if (s[0] < 0x80) return 1;
+    if ((s[0] & 0xE0) == 0xC0) { len = 2; cp = s[0] & 0x1F; }
+    else if ((s[0] & 0xF0) == 0xE0) { len = 3; cp = s[0] & 0x0F; }
+    else if ((s[0] & 0xF8) == 0xF0) { len = 4; cp = s[0] & 0x07; }
+    else return 0;
+    if (n < (size_t)len) return 0;
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* SentencePiece's normalisation for Llama: a space in front of non-empty text,
+   every malformed byte replaced by U+FFFD, and U+2581 (which SentencePiece uses
+   for a space) turned into the space that the pieces of tokenizer.bin hold. */
+static char *normalize(const char *text, size_t len, size_t *out_len) {
+    char *out = xmalloc(3 * len + 2);
+    size_t n = 0;
+    if (len > 0) out[n++] = ' ';
+    for (size_t i = 0; i < len;) {
+        const unsigned char *s = (const unsigned char *)text + i;
+        int char_len = utf8_char_len(s, len - i);
+        if (char_len == 0) {
+            memcpy(out + n, "\xEF\xBF\xBD", 3);
+            n += 3;
+            i += 1;
+        } else if (char_len == 3 && memcmp(s, "\xE2\x96\x81", 3) == 0) {
+            out[n++] = ' ';
+            i += 3;
+        } else {
+            memcpy(out + n, s, char_len);
+            n += char_len;
+            i += char_len;
+        }
+    }
+    *out_len = n;
+    return out;
+}
+
+/* A symbol is a run of the normalised text; symbols form a linked list that
+   merging shortens. A candidate is a pair of neighbours whose joined text is a
+   piece; candidates live in a max-heap keyed by (score, then leftmost). */
+typedef struct {
+    int start, len;
+    int prev, next; /* neighbour indices, -1 at the ends */
+} Symbol;
+
+typedef struct {
+    float score;
+    int left, right; /* symbol indices */
+    int len;         /* joined length when pushed; stale if the symbols changed since */
+    int id;
+} Candidate;
+
+static int candidate_before(const Candidate *a, const Candidate *b) {
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+typedef struct {
+    Candidate *items;
+    int n, cap;
+} Heap;
+
+static void heap_push(Heap *h, Candidate c) {
+    if (h->n == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 64;
+        Candidate *grown = realloc(h->items, (size_t)h->cap * sizeof(Candidate));
+        if (!grown) fail("out of memory while encoding");
+        h->items = grown;
+    }
+    int i = h->n++;
+    while (i > 0 && candidate_before(&c, &h->items[(i - 1) / 2])) {
+        h->items[i] = h->items[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->items[i] = c;
+}
+
+static Candidate heap_pop(Heap *h) {
+    Candidate top = h->items[0], last = h->items[--h->n];
+    int i = 0;
+    for (;;) {
+        int child = 2 * i + 1;
+        if (child >= h->n) break;
+        if (child + 1 < h->n && candidate_before(&h->items[child + 1], &h->items[child])) child++;
+        if (!candidate_before(&h->items[child], &last)) break;
+        h->items[i] = h->items[child];
+        i = child;
+    }
+    if (h->n > 0) h->items[i] = last;
+    return top;
+}
+
+static void push_pair(Heap *h, const Tokenizer *t, const char *text, const Symbol *sym, int left) {
+    int right = sym[left].next;
+    if (left < 0 || right < 0) return;
+    int len = sym[left].len + sym[right].len;
+    int id = lookup_piece(t, text + sym[left].start, len);
+    if (id < 0) return;
+    Candidate c = {t->scores[id], left, right, len, id};
+    heap_push(h, c);
+}
+
+/* Encodes text into ids, BOS first when asked. Returns a malloc'd array. */
+static int *encode(const Tokenizer *t, const char *text, size_t text_len, int add_bos, int add_eos, int *n_tokens) {
+    size_t norm_len;
+    char *norm = normalize(text, text_len, &norm_len);
+    if (norm_len > INT32_MAX / 2) fail("prompt is too long to encode (%zu bytes)", text_len);
+    int *tokens = xmalloc((norm_len + 2) * sizeof(int));
+    int n = 0;
+    if (add_bos) tokens[n++] = BOS_ID;
+
+    /* one symbol per UTF-8 character (the text is valid UTF-8 after normalize) */
+    Symbol *sym = xmalloc((norm_len + 1) * sizeof(Symbol));
+    int n_sym = 0;
+    for (size_t i = 0; i < norm_len; n_sym++) {
+        int len = utf8_char_len((const unsigned char *)norm + i, norm_len - i);
+        sym[n_sym] = (Symbol){(int)i, len, n_sym - 1, i + len < norm_len ? n_sym + 1 : -1};
+        i += len;
+    }
+
+    /* merge the best pair until no neighbouring pair forms a piece */
+    Heap heap = {0};
+    for (int i = 0; i + 1 < n_sym; i++) push_pair(&heap, t, norm, sym, i);
+    while (heap.n > 0) {
+        Candidate c = heap_pop(&heap);
+        Symbol *l = &sym[c.left], *r = &sym[c.right];
+        if (l->len == 0 || r->len == 0 || l->next != c.right || l->len + r->len != c.len) continue;
+        l->len += r->len;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = c.left;
+        r->len = 0;
+        push_pair(&heap, t, norm, sym, l->prev);
+        push_pair(&heap, t, norm, sym, c.left);
+    }
+    free(heap.items);
+
+    /* emit: a symbol that is a piece is its id; otherwise its bytes, each as its
+       "<0xXX>" piece (byte fallback), or unk when the vocabulary has none */
+    for (int i = n_sym > 0 ? 0 : -1; i >= 0; i = sym[i].next) {
+        int id = lookup_piece(t, norm + sym[i].start, sym[i].len);
+        if (id >= 0) {
+            tokens[n++] = id;
+            continue;
+        }
+        for (int j = 0; j < sym[i].len; j++) {
+            int b = (unsigned char)norm[sym[i].start + j];
+            tokens[n++] = t->byte_piece[b] >= 0 ? t->byte_piece[b] : UNK_ID;
+        }
+    }
+    if (add_eos) tokens[n++] = EOS_ID;
+    free(sym);
+    free(norm);
+    *n_tokens = n;
+    return tokens;
+}
+
+/* The text of `token` as it should be printed after `prev`: the piece right
+   after BOS drops its leading space, and "<0xXX>" pieces are that raw byte. */
+static const char *decode(Tokenizer *t, int prev, int token, int *len) {
+    const char *piece = t->pieces[token];
+    *len = t->piece_len[token];
+    if (prev == BOS_ID && piece[0] == ' ') {
+        piece++;
+        (*len)--;
+    }
+    int b = byte_piece_value(piece, *len);
+    if (b >= 0) {
+        *len = 1;
+        return (const char *)&t->byte_of[b];
+    }
+    return piece;
+}
+
+/* Prints a piece; a lone byte only if printable or whitespace, or part of a
+   multi-byte UTF-8 character (>= 0x80), never a stray control byte. */
+static void print_piece(FILE *out, const char *piece, int len) {
+    if (len == 1) {
+        unsigned char b = (unsigned char)piece[0];
+        int printable = (b >= 0x20 && b < 0x7F) || b == ' ' || (b >= '\t' && b <= '\r') || b >= 0x80;
+        if (!printable) return;
+    }
+    fwrite(piece, 1, len, out);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Sampler: logits -> next token, bit-compatible with llama2.c for a seed     */
+
+typedef struct {
+    float prob;
+    int index;
+} ProbIndex;
+
+typedef struct {
+    int vocab_size;
+    float temperature; /* 0 = greedy */
+    float topp;        /* nucleus sampling threshold; outside (0, 1) = off */
+    uint64_t rng_state;
+    ProbIndex *probindex; /* scratch for top-p */
+} Sampler;
+
+/* xorshift64* */
+static uint32_t random_u32(uint64_t *state) {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+/* uniform in [0, 1) with 24 bits */
+static float random_f32(uint64_t *state) { return (random_u32(state) >> 8) / 16777216.0f; }
+
+static int sample_argmax(const float *probs, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (probs[i] > probs[best]) best = i;
+    return best;
+}
+
+/* Walks the CDF: the first index whose cumulative probability exceeds coin. */
+static int sample_mult(const float *probs, int n, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < n; i++) {
+        cdf += probs[i];
+        if (coin < cdf) return i;
+    }
+    return n - 1;
+}
+
+/* Higher probability first; equal ones by index, as a stable sort would leave them. */
+static int compare_prob_desc(const void *a, const void *b) {
+    const ProbIndex *x = a, *y = b;
+    if (x->prob != y->prob) return x->prob > y->prob ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Nucleus sampling: draw from the smallest set of most likely tokens whose
+   probabilities sum past topp. Tokens below (1 - topp) / (n - 1) cannot be in
+   that set, so they are dropped before sorting. */
+static int sample_topp(const float *probs, int n, float topp, ProbIndex *probindex, float coin) {
+    int n0 = 0;
+    const float cutoff = (1.0f - topp) / (n - 1);
+    for (int i = 0; i < n; i++) {
+        if (probs[i] >= cutoff) {
+            probindex[n0].index = i;
+            probindex[n0].prob = probs[i];
+            n0++;
+        }
+    }
+    if (n0 == 0) return sample_mult(probs, n, coin);
+    qsort(probindex, n0, sizeof(ProbIndex), compare_prob_desc);
+    float cumulative_prob = 0.0f;
+    int last = n0 - 1;
+    for (int i = 0; i < n0; i++) {
+        cumulative_prob += probindex[i].prob;
+        if (cumulative_prob > topp) {
+            last = i;
+            break;
+        }
+    }
+    float r = coin * cumulative_prob;
+    float cdf = 0.0f;
+    for (int i = 0; i <= last; i++) {
+        cdf += probindex[i].prob;
+        if (r < cdf) return probindex[i].index;
+    }
+    return probindex[last].index;
+}
+
+/* Picks the next token; overwrites logits with probabilities when sampling. */
+static int sample(Sampler *s, float *logits) {
+    if (s->temperature == 0.0f) return sample_argmax(logits, s->vocab_size);
+    for (int i = 0; i < s->vocab_size; i++) logits[i] /= s->temperature;
+    softmax(logits, s->vocab_size);
+    float coin = random_f32(&s->rng_state);
+    if (s->topp <= 0 || s->topp >= 1) return sample_mult(logits, s->vocab_size, coin);
+    return sample_topp(logits, s->vocab_size, s->topp, s->probindex, coin);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Generate and chat                                                          */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void report_speed(int prompt_tokens, double prompt_seconds, int generated, double generate_seconds) {
+    fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n",
+            prompt_tokens, prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0.0,
+            generated, generate_seconds > 0 ? generated / generate_seconds : 0.0);
+}
+
+/* Prints the prompt's pieces, then sampled ones, until `steps` positions have
+   been run or the model emits BOS or EOS. */
+static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler *sampler,
+                     const char *prompt, int steps) {
+    int n_prompt;
+    int *prompt_tokens = encode(tok, prompt, strlen(prompt), 1, 0, &n_prompt);
+    if (n_prompt > ck->config.seq_len) {
+        fprintf(stderr, "run: the prompt is %d tokens, the context %d: keeping the first %d\n",
+                n_prompt, ck->config.seq_len, ck->config.seq_len);
+        n_prompt = ck->config.seq_len;
+    }
+    double start = now_seconds(), prompt_done = start;
+    int token = prompt_tokens[0], generated = 0;
+    for (int pos = 0; pos < steps; pos++) {
+        float *logits = forward(ck, state, token, pos);
+        int next;
+        if (pos + 1 < n_prompt) {
+            next = prompt_tokens[pos + 1];
+        } else {
+            if (pos + 1 == n_prompt) prompt_done = now_seconds();
+            next = sample(sampler, logits);
+            if (next == BOS_ID || next == EOS_ID) break;
+            generated++;
+        }
+        int len;
+        const char *piece = decode(tok, token, next, &len);
+        print_piece(stdout, piece, len);
+        fflush(stdout);
+        token = next;
+    }
+    printf("\n");
+    double end = now_seconds();
+    int prompt_positions = n_prompt < steps ? n_prompt : steps;
+    report_speed(prompt_positions, prompt_done - start, generated, end - prompt_done);
+    free(prompt_tokens);
+}
+
+/* Reads one line from stdin without its newline; NULL at end of input. */
+static char *read_line(const char *prompt) {
+    fputs(prompt, stdout);
+    fflush(stdout);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
+    return line;
+}
+
+static char *format_string(const char *fmt, const char *a, const char *b) {
+    int n = snprintf(NULL, 0, fmt, a, b);
+    char *out = xmalloc((size_t)n + 1);
+    snprintf(out, (size_t)n + 1, fmt, a, b);
+    return out;
+}
+
+/* Llama 2 chat: each user turn is wrapped in [INST] ... [/INST] (with the
+   system prompt in <<SYS>> on the first turn) and encoded with BOS; the
+   assistant answers until EOS, which also goes into the context. */
+static void chat(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler *sampler,
+                 const char *cli_user_prompt, const char *cli_system_prompt, int steps) {
+    char *system_prompt = NULL;
+    if (cli_system_prompt) system_prompt = strdup(cli_system_prompt);
+    else system_prompt = read_line("Enter system prompt (optional): ");
+    if (!system_prompt) system_prompt = strdup("");
+    if (!system_prompt) fail("out of memory");
+
+    int pos = 0, token = 0;
+    for (int turn = 0;; turn++) {
+        char *user_prompt = turn == 0 && cli_user_prompt ? strdup(cli_user_prompt) : read_line("User: ");
+        if (!user_prompt) {
+            printf("\n");
+            break;
+        }
+        char *rendered = turn == 0 && system_prompt[0]
+            ? format_string("[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", system_prompt, user_prompt)
+            : format_string("[INST] %s [/INST]%s", user_prompt, "");
+        int n_prompt;
+        int *prompt_tokens = encode(tok, rendered, strlen(rendered), 1, 0, &n_prompt);
+        free(rendered);
+        free(user_prompt);
+        if (pos + n_prompt >= steps) {
+            fprintf(stderr, "run: the context is full (%d of %d positions used); ending the chat\n", pos, steps);
+            free(prompt_tokens);
+            break;
+        }
+        printf("Assistant: ");
+        fflush(stdout);
+        for (int i = 0; i < n_prompt; i++) {
+            token = prompt_tokens[i];
+            forward(ck, state, token, pos++);
+        }
+        free(prompt_tokens);
+        /* the last prompt position's logits are still in state->logits */
+        int next = sample(sampler, state->logits);
+        while (next != EOS_ID && pos < steps) {
+            int len;
+            const char *piece = decode(tok, token, next, &len);
+            print_piece(stdout, piece, len);
+            fflush(stdout);
+            token = next;
+            next = sample(sampler, forward(ck, state, token, pos++));
+        }
+        printf("\n");
+        if (next == EOS_ID && pos < steps) {
+            /* the end of the answer belongs to the context; llama2.c draws a token
+               here that it never uses, and so do we, so a seed gives the same chat */
+            sample(sampler, forward(ck, state, EOS_ID, pos++));
+        } else {
+            fprintf(stderr, "run: the context is full (%d positions); ending the chat\n", steps);
+            break;
+        }
+    }
+    free(system_prompt);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Command line                                                               */
+
+static const char *usage_line = "usage: run <checkpoint> [options]   (run -h lists the options)";
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: run <checkpoint> [options]\n"
+            "example: run model.bin -n 256 -i \"Once upon a time\"\n"
+            "options:\n"
+            "  -t <float>  temperature, >= 0 (0 = greedy), default 1.0\n"
+            "  -p <float>  top-p (nucleus) threshold in [0,1], default 0.9; 0 or 1 = off\n"
+            "  -s <int>    random seed, >= 0, default 0 = from the time\n"
+            "  -n <int>    positions to run, prompt included, >= 0, default 256; 0 = the context length\n"
+            "  -i <string> input prompt\n"
+            "  -z <string> tokenizer file, default tokenizer.bin\n"
+            "  -m <string> mode: generate (default), chat, or tokenize (print the prompt's ids)\n"
+            "  -y <string> system prompt in chat mode\n"
+            "  -h          this help\n");
+}
+
+static void bad_flag(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("run: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fprintf(stderr, "%s\n", usage_line);
+    exit(1);
+}
+
+static float parse_float(const char *flag, const char *s, float lo, float hi) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || isnan(v))
+        bad_flag("%s: '%s' is not a number", flag, s);
+    if (v < lo || v > hi) bad_flag("%s: %s is out of range [%g, %g]", flag, s, lo, hi);
+    return v;
+}
+
+static long long parse_int(const char *flag, const char *s, long long lo, long long hi) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE) bad_flag("%s: '%s' is not an integer", flag, s);
+    if (v < lo || v > hi) bad_flag("%s: %s is out of range [%lld, %lld]", flag, s, lo, hi);
+    return v;
+}
+
+int main(int argc, char **argv) {
+    const char *checkpoint_path = NULL, *tokenizer_path = "tokenizer.bin";
+    const char *prompt = NULL, *system_prompt = NULL, *mode = "generate";
+    float temperature = 1.0f, topp = 0.9f;
+    long long seed = 0, steps = 256;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (arg[0] != '-' || arg[1] == '\0') {
+            if (checkpoint_path) bad_flag("unexpected argument '%s'", arg);
+            checkpoint_path = arg;
+            continue;
+        }
+        if (arg[2] != '\0' || !strchr("tpsnizmy", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (i + 1 >= argc) bad_flag("%s needs a value", arg);
+        const char *val = argv[++i];
+        switch (arg[1]) {
+        case 't': temperature = parse_float(arg, val, 0.0f, INFINITY); break;
+        case 'p': topp = parse_float(arg, val, 0.0f, 1.0f); break;
+        case 's': seed = parse_int(arg, val, 0, LLONG_MAX); break;
+        case 'n': steps = parse_int(arg, val, 0, INT32_MAX); break;
+        case 'i': prompt = val; break;
+        case 'z': tokenizer_path = val; break;
+        case 'm': mode = val; break;
+        case 'y': system_prompt = val; break;
+        }
+    }
+    if (!checkpoint_path) bad_flag("no checkpoint given");
+    if (strcmp(mode, "generate") && strcmp(mode, "chat") && strcmp(mode, "tokenize"))
+        bad_flag("-m: unknown mode '%s' (generate, chat or tokenize)", mode);
+
+    Checkpoint ck;
+    open_checkpoint(&ck, checkpoint_path);
+    Tokenizer tok;
+    load_tokenizer(&tok, tokenizer_path, ck.config.vocab_size);
+    if (!prompt) prompt = "";
+
+    if (strcmp(mode, "tokenize") == 0) {
+        int n;
+        int *ids = encode(&tok, prompt, strlen(prompt), 1, 0, &n);
+        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+        free(ids);
+    } else {
+        if (steps == 0 || steps > ck.config.seq_len) steps = ck.config.seq_len;
+        RunState state;
+        init_run_state(&state, &ck.config);
+        Sampler sampler = {ck.config.vocab_size, temperature, topp,
+                           seed > 0 ? (uint64_t)seed : (uint64_t)time(NULL),
+                           xmalloc(ck.config.vocab_size * sizeof(ProbIndex))};
+        if (strcmp(mode, "generate") == 0) generate(&ck, &state, &tok, &sampler, prompt, (int)steps);
+        else chat(&ck, &state, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt, (int)steps);
+        free(sampler.probindex);
+        free_run_state(&state);
+    }
+    free_tokenizer(&tok);
+    close_checkpoint(&ck);
+    return 0;
+}

@@ -1,0 +1,854 @@
+/* test_all.c: the test suite. `make test` builds and runs it.
+
+   It includes run.c, so it can call every kernel directly. Expected values come
+   from outside the code under test: plain double-precision references written
+   here, the math itself, hand-worked examples, and (when ../shared exists) the
+   reference outputs and SentencePiece ids checked by the shared tools. */
+
+#define main run_main
+#include "run.c"
+#undef main
+
+#include <sys/wait.h>
+
+static int passed, failed;
+
+static void check(int ok, const char *fmt, ...) {
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+static const char *shared_dir(void) {
+    const char *d = getenv("SHARED");
+    return d ? d : "../shared";
+}
+
+static int have_shared(void) {
+    struct stat st;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/aidreams260K.bin", shared_dir());
+    return stat(path, &st) == 0;
+}
+
+/* Deterministic values in [-1, 1) from a 64-bit LCG, for test tensors. */
+static uint64_t lcg_state = 12345;
+static float lcg_uniform(void) {
+    lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((lcg_state >> 40) / 8388608.0 - 1.0);
+}
+
+static double max_abs_diff(const float *a, const double *b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]));
+    return m;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Math blocks against plain double-precision references                      */
+
+static void test_rmsnorm(void) {
+    enum { N = 37 };
+    float x[N], w[N], out[N];
+    double ref[N], ss = 0;
+    for (int i = 0; i < N; i++) x[i] = 3 * lcg_uniform(), w[i] = 1 + lcg_uniform() / 2;
+    for (int i = 0; i < N; i++) ss += (double)x[i] * x[i];
+    double inv = 1 / sqrt(ss / N + 1e-5);
+    for (int i = 0; i < N; i++) ref[i] = x[i] * inv * w[i];
+    rmsnorm(out, x, w, N, 1e-5f);
+    check(max_abs_diff(out, ref, N) < 1e-5, "rmsnorm differs from the formula");
+    rmsnorm(x, x, w, N, 1e-5f);
+    check(memcmp(x, out, sizeof x) == 0, "rmsnorm in place differs from out of place");
+}
+
+static void test_softmax(void) {
+    float x[5] = {1, 2, 3, 1000, -1000};
+    double ref[5], sum = 0;
+    for (int i = 0; i < 5; i++) sum += exp((double)x[i] - 1000);
+    for (int i = 0; i < 5; i++) ref[i] = exp((double)x[i] - 1000) / sum;
+    softmax(x, 5);
+    check(max_abs_diff(x, ref, 5) < 1e-7, "softmax of large logits differs from the formula");
+    float y[3] = {0, log(2.0f), log(5.0f)};
+    double yref[3] = {1 / 8.0, 2 / 8.0, 5 / 8.0};
+    softmax(y, 3);
+    check(max_abs_diff(y, yref, 3) < 1e-6, "softmax(0, ln2, ln5) is not (1, 2, 5) / 8");
+}
+
+static void test_matmul(void) {
+    enum { N = 19, D = 7 };
+    float w[D * N], x[N], out[D];
+    double ref[D];
+    for (int i = 0; i < D * N; i++) w[i] = lcg_uniform();
+    for (int i = 0; i < N; i++) x[i] = lcg_uniform();
+    for (int i = 0; i < D; i++) {
+        ref[i] = 0;
+        for (int j = 0; j < N; j++) ref[i] += (double)w[i * N + j] * x[j];
+    }
+    matmul_f32(out, x, w, N, D);
+    check(max_abs_diff(out, ref, D) < 1e-5, "fp32 matmul differs from the double product");
+}
+
+static void test_quantize(void) {
+    enum { N = 24, GS = 8 };
+    float x[N];
+    int8_t q[N];
+    float scale[N / GS];
+    QuantizedVector v = {q, scale};
+    for (int i = 0; i < N; i++) x[i] = 5 * lcg_uniform();
+    for (int i = 0; i < GS; i++) x[2 * GS + i] = 0; /* an all-zero group */
+    quantize(&v, x, N, GS);
+    int ok = 1;
+    for (int g = 0; g < N / GS; g++) {
+        float m = 0;
+        for (int i = 0; i < GS; i++) m = fmaxf(m, fabsf(x[g * GS + i]));
+        ok &= scale[g] == m / 127.0f;
+        for (int i = 0; i < GS; i++) {
+            int expect = m > 0 ? (int)lround(x[g * GS + i] / scale[g]) : 0;
+            ok &= q[g * GS + i] == expect && abs(q[g * GS + i]) <= 127;
+        }
+    }
+    check(ok, "quantize: scale must be max|x|/127 and q = round(x/scale), 0 for a zero group");
+
+    /* the int8 product equals the exact sum of dequantized products, per group */
+    enum { D = 3 };
+    int8_t wq[D * N];
+    float ws[D * N / GS], out[D];
+    double ref[D];
+    for (int i = 0; i < D * N; i++) wq[i] = (int8_t)(lcg_uniform() * 127);
+    for (int i = 0; i < D * N / GS; i++) ws[i] = 0.01f + fabsf(lcg_uniform()) / 50;
+    Matrix m = {NULL, wq, ws};
+    for (int i = 0; i < D; i++) {
+        ref[i] = 0;
+        for (int j = 0; j < N; j++) ref[i] += (double)wq[i * N + j] * ws[(i * N + j) / GS] * q[j] * scale[j / GS];
+    }
+    matmul_q8(out, &v, &m, N, D, GS);
+    check(max_abs_diff(out, ref, D) < 1e-4, "int8 matmul differs from the dequantized product");
+}
+
+static void test_rope(void) {
+    enum { HS = 8, N = 16, POS = 5 };
+    Config c = {.dim = N, .hidden_dim = 4, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+                .vocab_size = 4, .seq_len = 8, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    RunState s;
+    init_run_state(&s, &c);
+    float v[N];
+    double ref[N];
+    for (int i = 0; i < N; i++) v[i] = lcg_uniform();
+    for (int i = 0; i < N; i += 2) {
+        double angle = POS * pow(10000.0, -(double)(i % HS) / HS);
+        ref[i] = v[i] * cos(angle) - v[i + 1] * sin(angle);
+        ref[i + 1] = v[i] * sin(angle) + v[i + 1] * cos(angle);
+    }
+    rope(v, N, HS, s.rope_cos + POS * HS / 2, s.rope_sin + POS * HS / 2);
+    check(max_abs_diff(v, ref, N) < 1e-5, "RoPE differs from rotating pair i by pos * 10000^(-2i/head_size)");
+    free_run_state(&s);
+}
+
+static void test_attention(void) {
+    enum { HS = 6, KV_DIM = 12, POS = 4 };
+    float q[HS], keys[(POS + 1) * KV_DIM], values[(POS + 1) * KV_DIM], att[POS + 1], out[HS];
+    double ref[HS] = {0}, scores[POS + 1], sum = 0;
+    for (int i = 0; i < HS; i++) q[i] = lcg_uniform();
+    for (int i = 0; i < (POS + 1) * KV_DIM; i++) keys[i] = lcg_uniform(), values[i] = lcg_uniform();
+    for (int t = 0; t <= POS; t++) {
+        double dot = 0;
+        for (int i = 0; i < HS; i++) dot += (double)q[i] * keys[t * KV_DIM + i];
+        scores[t] = exp(dot / sqrt(HS));
+        sum += scores[t];
+    }
+    for (int t = 0; t <= POS; t++)
+        for (int i = 0; i < HS; i++) ref[i] += scores[t] / sum * values[t * KV_DIM + i];
+    attention_head(out, q, keys, values, att, POS, HS, KV_DIM);
+    check(max_abs_diff(out, ref, HS) < 1e-6, "attention head differs from softmax(qK/sqrt(d))V");
+}
+
+static void test_swiglu(void) {
+    float h[4] = {-2, 0, 1, 3}, h2[4] = {1, 5, -2, 0.5f};
+    double ref[4];
+    for (int i = 0; i < 4; i++) ref[i] = h[i] / (1 + exp(-(double)h[i])) * h2[i];
+    swiglu(h, h2, 4);
+    check(max_abs_diff(h, ref, 4) < 1e-6, "swiglu differs from silu(a) * b");
+}
+
+/* ------------------------------------------------------------------------- */
+/* RNG and sampler                                                            */
+
+static void test_rng(void) {
+    /* xorshift64* from seed 42, computed independently with Python integers */
+    const uint32_t want[5] = {1456360119u, 3359763283u, 3393612768u, 4054632243u, 3283045847u};
+    uint64_t s = 42;
+    int ok = 1;
+    for (int i = 0; i < 5; i++) ok &= random_u32(&s) == want[i];
+    check(ok, "random_u32 sequence from seed 42");
+    s = 42;
+    check(random_f32(&s) == (1456360119u >> 8) / 16777216.0f, "random_f32 is the top 24 bits over 2^24");
+}
+
+static void test_sampler(void) {
+    float probs[4] = {0.1f, 0.5f, 0.15f, 0.25f};
+    ProbIndex scratch[4];
+    check(sample_argmax(probs, 4) == 1, "argmax");
+    float tie[3] = {1, 3, 3};
+    check(sample_argmax(tie, 3) == 1, "argmax takes the first of equal maxima");
+    /* CDF 0.1, 0.6, 0.75, 1.0 */
+    check(sample_mult(probs, 4, 0.05f) == 0 && sample_mult(probs, 4, 0.6f) == 2 &&
+              sample_mult(probs, 4, 0.7f) == 2 && sample_mult(probs, 4, 0.99f) == 3,
+          "sample_mult walks the CDF");
+    check(sample_mult(probs, 4, 1.5f) == 3, "sample_mult falls back to the last index");
+    /* top-p 0.7: sorted 0.5 (1), 0.25 (3), 0.15 (2), 0.1 (0); the running sum passes
+       0.7 at 0.75, so the nucleus is {1, 3} and r = coin * 0.75 */
+    check(sample_topp(probs, 4, 0.7f, scratch, 0.5f) == 1, "top-p, coin 0.5 -> r 0.375 -> token 1");
+    check(sample_topp(probs, 4, 0.7f, scratch, 0.9f) == 3, "top-p, coin 0.9 -> r 0.675 -> token 3");
+    /* top-p 0.95: cutoff 0.05/3, all kept; sum passes 0.95 only at 1.0 */
+    check(sample_topp(probs, 4, 0.95f, scratch, 0.99f) == 0, "top-p 0.95 keeps the least likely token");
+
+    /* temperature divides the logits before softmax */
+    float logits[3] = {0, 2 * logf(2), 2 * logf(5)}; /* at t=2: probs 1/8, 2/8, 5/8 */
+    Sampler s = {3, 2.0f, 0.0f, 42, scratch};
+    int token = sample(&s, logits);
+    double expect_probs[3] = {1 / 8.0, 2 / 8.0, 5 / 8.0};
+    check(max_abs_diff(logits, expect_probs, 3) < 1e-6, "temperature 2 halves the logits");
+    check(token == 1, "seed 42 draws 0.339 first; over the CDF (0.125, 0.375, 1) that is token 1, got %d", token);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Tokenizer on a hand-made vocabulary                                        */
+
+static char *write_temp(const void *data, size_t n) {
+    char *path = strdup("/tmp/run_test_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, data, n) != (ssize_t)n) {
+        perror("temp file");
+        exit(2);
+    }
+    close(fd);
+    return path;
+}
+
+typedef struct {
+    uint8_t *data;
+    size_t n, cap;
+} Buffer;
+
+static void put(Buffer *b, const void *p, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->data = realloc(b->data, b->cap);
+    }
+    memcpy(b->data + b->n, p, n);
+    b->n += n;
+}
+static void put_i32(Buffer *b, int32_t v) { put(b, &v, 4); }
+static void put_f32(Buffer *b, float v) { put(b, &v, 4); }
+
+/* A tokenizer.bin with the Llama layout: unk, BOS, EOS, 256 byte pieces, then
+   `pieces` with their scores. */
+static char *make_tokenizer(const char **pieces, const float *scores, int n, int *vocab_size) {
+    Buffer b = {0};
+    put_i32(&b, 16);
+    const char *special[3] = {"<unk>", "\n<s>\n", "\n</s>\n"};
+    for (int i = 0; i < 3; i++) put_f32(&b, 0), put_i32(&b, strlen(special[i])), put(&b, special[i], strlen(special[i]));
+    for (int i = 0; i < 256; i++) {
+        char piece[8];
+        snprintf(piece, sizeof piece, "<0x%02X>", i);
+        put_f32(&b, 0), put_i32(&b, 6), put(&b, piece, 6);
+    }
+    for (int i = 0; i < n; i++) put_f32(&b, scores[i]), put_i32(&b, strlen(pieces[i])), put(&b, pieces[i], strlen(pieces[i]));
+    *vocab_size = 259 + n;
+    char *path = write_temp(b.data, b.n);
+    free(b.data);
+    return path;
+}
+
+static int encode_equals(const Tokenizer *t, const char *text, const int *want, int n_want) {
+    int n;
+    int *ids = encode(t, text, strlen(text), 1, 0, &n);
+    int ok = n == n_want && memcmp(ids, want, n * sizeof(int)) == 0;
+    if (!ok) {
+        printf("  encode(\"%s\") gave", text);
+        for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+    return ok;
+}
+
+static void test_tokenizer(void) {
+    /* chains like "<" "<u" "<un" "<unk" would let a careless merger build the
+       unk, BOS or byte pieces out of plain text */
+    const char *pieces[] = {" ", "a", "b", "c", " a", "ab", "bc", "<", ">", "\n",
+                            "<u", "<un", "<unk", "<0", "<0x", "<0x4", "<0x41", "\n<", "\n<s", "\n<s>"};
+    const float scores[] = {-10, -11, -12, -13, -1, -2, -2, -20, -21, -22, -6, -6, -6, -6, -6, -6, -6, -6, -6, -6};
+    int vocab;
+    char *path = make_tokenizer(pieces, scores, 20, &vocab);
+    Tokenizer t;
+    load_tokenizer(&t, path, vocab);
+    enum { SP = 259, A, B, C, SP_A, AB, BC, LT, GT, NL, LT_U, LT_UN, LT_UNK, LT_0, LT_0X, LT_0X4, LT_0X41, NL_LT, NL_LT_S, NL_LT_S_GT };
+
+    int empty[] = {1};
+    check(encode_equals(&t, "", empty, 1), "empty text is just BOS (no dummy prefix)");
+    /* " a" (-1) merges first, then "bc" (-2); "ab" is no longer possible */
+    int abc[] = {1, SP_A, BC};
+    check(encode_equals(&t, "abc", abc, 3), "highest score merges first");
+    /* "ab" and "bc" tie at -2: the leftmost pair merges */
+    int xabc[] = {1, SP, 'x' + 3, AB, C};
+    check(encode_equals(&t, "xabc", xabc, 5), "equal scores merge leftmost first");
+    /* bytes with no piece fall back to <0xXX> = byte + 3 */
+    int fallback[] = {1, SP, 0xC3 + 3, 0xA9 + 3, A};
+    check(encode_equals(&t, "\xC3\xA9" "a", fallback, 5), "a character without a piece becomes its bytes");
+    /* control pieces and byte pieces are never produced by merging */
+    int unk[] = {1, SP, LT_UNK, GT};
+    check(encode_equals(&t, "<unk>", unk, 4), "text '<unk>' is not merged into the unk piece");
+    int bos[] = {1, SP, NL_LT_S_GT, NL};
+    check(encode_equals(&t, "\n<s>\n", bos, 4), "text '\\n<s>\\n' is not merged into BOS");
+    int bytes[] = {1, SP, LT_0X41, GT};
+    check(encode_equals(&t, "<0x41>", bytes, 4), "text '<0x41>' is not merged into a byte piece");
+    /* U+2581 is SentencePiece's space */
+    int lower_one[] = {1, SP, SP_A};
+    check(encode_equals(&t, "\xE2\x96\x81" "a", lower_one, 3), "U+2581 in the text acts as a space");
+    /* malformed UTF-8 becomes U+FFFD (EF BF BD), one per bad byte */
+    int bad[] = {1, SP, 0xEF + 3, 0xBF + 3, 0xBD + 3, A, 0xEF + 3, 0xBF + 3, 0xBD + 3, 0xEF + 3, 0xBF + 3, 0xBD + 3};
+    check(encode_equals(&t, "\xFF" "a\xE2\x96", bad, 12), "malformed bytes become U+FFFD");
+    int overlong[] = {1, SP, 0xEF + 3, 0xBF + 3, 0xBD + 3, 0xEF + 3, 0xBF + 3, 0xBD + 3};
+    check(encode_equals(&t, "\xC0\xAF", overlong, 8), "an overlong encoding is malformed");
+    (void)B, (void)LT, (void)LT_U, (void)LT_UN, (void)LT_0, (void)LT_0X, (void)LT_0X4, (void)NL_LT, (void)NL_LT_S;
+
+    /* decode: BOS strips one leading space, byte pieces are raw bytes */
+    int len;
+    const char *p = decode(&t, BOS_ID, SP_A, &len);
+    check(len == 1 && p[0] == 'a', "the piece after BOS loses its leading space");
+    p = decode(&t, A, SP_A, &len);
+    check(len == 2 && memcmp(p, " a", 2) == 0, "other pieces keep it");
+    p = decode(&t, A, 0x41 + 3, &len);
+    check(len == 1 && p[0] == 'A', "<0x41> decodes to 'A'");
+
+    /* print rules: printable, whitespace and >= 0x80 lone bytes print; control bytes do not */
+    FILE *out = tmpfile();
+    print_piece(out, "\x01", 1);
+    print_piece(out, "\n", 1);
+    print_piece(out, "\x7F", 1);
+    print_piece(out, "\xE2", 1);
+    print_piece(out, "x", 1);
+    print_piece(out, "\x01y", 2);
+    char got[16] = {0};
+    rewind(out);
+    size_t n = fread(got, 1, sizeof got, out);
+    fclose(out);
+    check(n == 5 && memcmp(got, "\n\xE2x\x01y", 5) == 0, "lone-byte print rules");
+
+    free_tokenizer(&t);
+    unlink(path);
+    free(path);
+}
+
+/* ------------------------------------------------------------------------- */
+/* A small random model, written in every layout, against a reference forward */
+
+typedef struct {
+    int dim, hidden, layers, heads, kv_heads, vocab, seq_len, shared;
+    float *emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *cls;
+} TinyModel;
+
+static float *random_tensor(size_t n, float scale, float offset) {
+    float *t = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) t[i] = offset + scale * lcg_uniform();
+    return t;
+}
+
+static TinyModel tiny_model(int shared, int seq_len) {
+    TinyModel m = {.dim = 16, .hidden = 24, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = seq_len, .shared = shared};
+    int kv = m.dim / m.heads * m.kv_heads;
+    m.emb = random_tensor((size_t)m.vocab * m.dim, 1, 0);
+    m.rms_att = random_tensor(m.layers * m.dim, 0.2f, 1);
+    m.wq = random_tensor(m.layers * m.dim * m.dim, 0.5f, 0);
+    m.wk = random_tensor(m.layers * kv * m.dim, 0.5f, 0);
+    m.wv = random_tensor(m.layers * kv * m.dim, 0.5f, 0);
+    m.wo = random_tensor(m.layers * m.dim * m.dim, 0.5f, 0);
+    m.rms_ffn = random_tensor(m.layers * m.dim, 0.2f, 1);
+    m.w1 = random_tensor(m.layers * m.hidden * m.dim, 0.5f, 0);
+    m.w2 = random_tensor(m.layers * m.dim * m.hidden, 0.5f, 0);
+    m.w3 = random_tensor(m.layers * m.hidden * m.dim, 0.5f, 0);
+    m.rms_final = random_tensor(m.dim, 0.2f, 1);
+    m.cls = shared ? m.emb : random_tensor((size_t)m.vocab * m.dim, 1, 0);
+    return m;
+}
+
+static void free_tiny(TinyModel *m) {
+    float *all[] = {m->emb, m->rms_att, m->wq, m->wk, m->wv, m->wo, m->rms_ffn, m->w1, m->w2, m->w3, m->rms_final};
+    for (int i = 0; i < 11; i++) free(all[i]);
+    if (!m->shared) free(m->cls);
+}
+
+static void put_floats(Buffer *b, const float *x, size_t n) { put(b, x, n * sizeof(float)); }
+
+static Buffer write_v0(const TinyModel *m) {
+    Buffer b = {0};
+    int kv = m->dim / m->heads * m->kv_heads, L = m->layers, d = m->dim, h = m->hidden;
+    int32_t hdr[7] = {d, h, L, m->heads, m->kv_heads, m->shared ? m->vocab : -m->vocab, m->seq_len};
+    put(&b, hdr, sizeof hdr);
+    put_floats(&b, m->emb, (size_t)m->vocab * d);
+    put_floats(&b, m->rms_att, L * d);
+    put_floats(&b, m->wq, L * d * d);
+    put_floats(&b, m->wk, L * kv * d);
+    put_floats(&b, m->wv, L * kv * d);
+    put_floats(&b, m->wo, L * d * d);
+    put_floats(&b, m->rms_ffn, L * d);
+    put_floats(&b, m->w1, L * h * d);
+    put_floats(&b, m->w2, L * d * h);
+    put_floats(&b, m->w3, L * h * d);
+    put_floats(&b, m->rms_final, d);
+    for (int i = 0; i < m->seq_len * (d / m->heads); i++) put_f32(&b, 0);
+    if (!m->shared) put_floats(&b, m->cls, (size_t)m->vocab * d);
+    return b;
+}
+
+static void put_v1_header(Buffer *b, const TinyModel *m, int version, int group_size, float theta, float eps) {
+    uint8_t hdr[256] = {0};
+    uint32_t magic = 0x616b3432;
+    int32_t fields[9] = {version, m->dim, m->hidden, m->layers, m->heads, m->kv_heads, m->vocab, m->seq_len};
+    memcpy(hdr, &magic, 4);
+    memcpy(hdr + 4, fields, 8 * 4);
+    hdr[36] = (uint8_t)m->shared;
+    memcpy(hdr + 37, &group_size, 4);
+    memcpy(hdr + 44, &theta, 4);
+    memcpy(hdr + 48, &eps, 4);
+    put(b, hdr, sizeof hdr);
+}
+
+static Buffer write_v1(const TinyModel *m, float theta, float eps) {
+    Buffer b = {0};
+    int kv = m->dim / m->heads * m->kv_heads, L = m->layers, d = m->dim, h = m->hidden;
+    put_v1_header(&b, m, 1, 0, theta, eps);
+    put_floats(&b, m->rms_att, L * d);
+    put_floats(&b, m->rms_ffn, L * d);
+    put_floats(&b, m->rms_final, d);
+    put_floats(&b, m->emb, (size_t)m->vocab * d);
+    put_floats(&b, m->wq, L * d * d);
+    put_floats(&b, m->wk, L * kv * d);
+    put_floats(&b, m->wv, L * kv * d);
+    put_floats(&b, m->wo, L * d * d);
+    put_floats(&b, m->w1, L * h * d);
+    put_floats(&b, m->w2, L * d * h);
+    put_floats(&b, m->w3, L * h * d);
+    if (!m->shared) put_floats(&b, m->cls, (size_t)m->vocab * d);
+    return b;
+}
+
+/* Reference forward pass in double precision, written plainly and separately
+   from run.c: recomputes attention over all positions of `tokens` and returns
+   the logits of the last one. theta and eps as stored in the model. */
+static void reference_logits(const TinyModel *m, const int *tokens, int n, double theta, double eps, double *logits) {
+    int d = m->dim, hs = d / m->heads, kvd = hs * m->kv_heads, h = m->hidden;
+    double *x = calloc((size_t)n * d, sizeof(double)), *xn = calloc(d, sizeof(double));
+    double *q = calloc((size_t)n * d, sizeof(double)), *k = calloc((size_t)n * kvd, sizeof(double));
+    double *v = calloc((size_t)n * kvd, sizeof(double)), *att = calloc(d, sizeof(double));
+    double *a = calloc(h, sizeof(double)), *bb = calloc(h, sizeof(double));
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < d; i++) x[p * d + i] = m->emb[tokens[p] * d + i];
+    for (int l = 0; l < m->layers; l++) {
+        for (int p = 0; p < n; p++) { /* q, k, v for every position, rotated */
+            double ss = 0;
+            for (int i = 0; i < d; i++) ss += x[p * d + i] * x[p * d + i];
+            for (int i = 0; i < d; i++) xn[i] = x[p * d + i] / sqrt(ss / d + eps) * m->rms_att[l * d + i];
+            for (int r = 0; r < d; r++) {
+                double s = 0;
+                for (int i = 0; i < d; i++) s += m->wq[((size_t)l * d + r) * d + i] * xn[i];
+                q[p * d + r] = s;
+            }
+            for (int r = 0; r < kvd; r++) {
+                double sk = 0, sv = 0;
+                for (int i = 0; i < d; i++) {
+                    sk += m->wk[((size_t)l * kvd + r) * d + i] * xn[i];
+                    sv += m->wv[((size_t)l * kvd + r) * d + i] * xn[i];
+                }
+                k[p * kvd + r] = sk, v[p * kvd + r] = sv;
+            }
+            for (int i = 0; i < d; i += 2) {
+                double ang = p / pow(theta, (double)(i % hs) / hs), c = cos(ang), s = sin(ang);
+                double q0 = q[p * d + i], q1 = q[p * d + i + 1];
+                q[p * d + i] = q0 * c - q1 * s, q[p * d + i + 1] = q0 * s + q1 * c;
+                if (i < kvd) {
+                    double k0 = k[p * kvd + i], k1 = k[p * kvd + i + 1];
+                    k[p * kvd + i] = k0 * c - k1 * s, k[p * kvd + i + 1] = k0 * s + k1 * c;
+                }
+            }
+        }
+        for (int p = 0; p < n; p++) {
+            for (int head = 0; head < m->heads; head++) {
+                int kvh = head / (m->heads / m->kv_heads);
+                double w[64], sum = 0, mx = -1e300;
+                for (int t = 0; t <= p; t++) {
+                    double s = 0;
+                    for (int i = 0; i < hs; i++) s += q[p * d + head * hs + i] * k[t * kvd + kvh * hs + i];
+                    w[t] = s / sqrt(hs);
+                    mx = fmax(mx, w[t]);
+                }
+                for (int t = 0; t <= p; t++) sum += (w[t] = exp(w[t] - mx));
+                for (int i = 0; i < hs; i++) {
+                    double o = 0;
+                    for (int t = 0; t <= p; t++) o += w[t] / sum * v[t * kvd + kvh * hs + i];
+                    att[head * hs + i] = o;
+                }
+            }
+            /* attention output into the residual, then the SwiGLU feed-forward */
+            for (int r = 0; r < d; r++) {
+                double s = 0;
+                for (int i = 0; i < d; i++) s += m->wo[((size_t)l * d + r) * d + i] * att[i];
+                xn[r] = s;
+            }
+            for (int i = 0; i < d; i++) x[p * d + i] += xn[i];
+            double ss = 0;
+            for (int i = 0; i < d; i++) ss += x[p * d + i] * x[p * d + i];
+            for (int i = 0; i < d; i++) xn[i] = x[p * d + i] / sqrt(ss / d + eps) * m->rms_ffn[l * d + i];
+            for (int r = 0; r < h; r++) {
+                double s1 = 0, s3 = 0;
+                for (int i = 0; i < d; i++) {
+                    s1 += m->w1[((size_t)l * h + r) * d + i] * xn[i];
+                    s3 += m->w3[((size_t)l * h + r) * d + i] * xn[i];
+                }
+                a[r] = s1 / (1 + exp(-s1)) * s3;
+            }
+            for (int r = 0; r < d; r++) {
+                double s = 0;
+                for (int i = 0; i < h; i++) s += m->w2[((size_t)l * d + r) * h + i] * a[i];
+                x[p * d + r] += s;
+            }
+        }
+        (void)bb;
+    }
+    double *last = x + (size_t)(n - 1) * d, ss = 0;
+    for (int i = 0; i < d; i++) ss += last[i] * last[i];
+    for (int i = 0; i < d; i++) xn[i] = last[i] / sqrt(ss / d + eps) * m->rms_final[i];
+    for (int r = 0; r < m->vocab; r++) {
+        double s = 0;
+        for (int i = 0; i < d; i++) s += m->cls[(size_t)r * d + i] * xn[i];
+        logits[r] = s;
+    }
+    free(x), free(xn), free(q), free(k), free(v), free(att), free(a), free(bb);
+}
+
+/* Runs run.c's forward over tokens and compares the last logits with the reference. */
+static double forward_error(const char *path, const TinyModel *m, double theta, double eps) {
+    Checkpoint ck;
+    open_checkpoint(&ck, path);
+    RunState s;
+    init_run_state(&s, &ck.config);
+    const int tokens[6] = {1, 7, 33, 7, 20, 39};
+    double worst = 0, ref[64];
+    for (int n = 1; n <= 6; n++) {
+        float *logits = forward(&ck, &s, tokens[n - 1], n - 1);
+        reference_logits(m, tokens, n, theta, eps, ref);
+        worst = fmax(worst, max_abs_diff(logits, ref, m->vocab));
+    }
+    free_run_state(&s);
+    close_checkpoint(&ck);
+    return worst;
+}
+
+static void test_forward_matches_reference(void) {
+    for (int shared = 0; shared <= 1; shared++) {
+        TinyModel m = tiny_model(shared, 8);
+        Buffer v0 = write_v0(&m), v1 = write_v1(&m, 0, 0), v1_theta = write_v1(&m, 500000.0f, 1e-6f);
+        char *p0 = write_temp(v0.data, v0.n), *p1 = write_temp(v1.data, v1.n);
+        char *p2 = write_temp(v1_theta.data, v1_theta.n);
+        double e0 = forward_error(p0, &m, 10000, 1e-5), e1 = forward_error(p1, &m, 10000, 1e-5);
+        double e2 = forward_error(p2, &m, 500000, 1e-6);
+        check(e0 < 1e-4, "v0 forward (shared=%d) is off the reference by %g", shared, e0);
+        check(e1 < 1e-4, "v1 forward (shared=%d) is off the reference by %g", shared, e1);
+        check(e2 < 1e-4, "v1 forward with rope_theta 5e5, eps 1e-6 (shared=%d) is off by %g", shared, e2);
+        unlink(p0), unlink(p1), unlink(p2);
+        free(p0), free(p1), free(p2), free(v0.data), free(v1.data), free(v1_theta.data);
+        free_tiny(&m);
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* The program as a user runs it: exit status and messages                    */
+
+typedef struct {
+    int status; /* exit code, or 128 + signal */
+    char out[65536];
+    char err[4096];
+} RunResult;
+
+static void slurp(int fd, char *buf, size_t cap) {
+    lseek(fd, 0, SEEK_SET);
+    ssize_t n = read(fd, buf, cap - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+}
+
+/* Runs run.c's main() in a child process with the given arguments. */
+static void run_program(RunResult *r, const char *stdin_text, int argc, char **argv) {
+    char out_path[] = "/tmp/run_out_XXXXXX", err_path[] = "/tmp/run_err_XXXXXX", in_path[] = "/tmp/run_in_XXXXXX";
+    int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path), in_fd = mkstemp(in_path);
+    if (stdin_text && write(in_fd, stdin_text, strlen(stdin_text)) < 0) exit(2);
+    unlink(out_path), unlink(err_path), unlink(in_path);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        lseek(in_fd, 0, SEEK_SET);
+        dup2(stdin_text ? in_fd : open("/dev/null", O_RDONLY), 0);
+        dup2(out_fd, 1);
+        dup2(err_fd, 2);
+        exit(run_main(argc, argv));
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    slurp(out_fd, r->out, sizeof r->out);
+    slurp(err_fd, r->err, sizeof r->err);
+    close(in_fd);
+}
+
+#define MAX_ARGS 32
+/* argv from a NULL-terminated list */
+static void run_args(RunResult *r, const char *stdin_text, ...) {
+    char *argv[MAX_ARGS] = {"run"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, stdin_text);
+    for (char *a; argc < MAX_ARGS - 1 && (a = va_arg(ap, char *));) argv[argc++] = a;
+    va_end(ap);
+    run_program(r, stdin_text, argc, argv);
+}
+
+static int single_line(const char *s) {
+    size_t n = strlen(s);
+    return n > 0 && s[n - 1] == '\n' && memchr(s, '\n', n - 1) == NULL;
+}
+
+/* A checkpoint error: exit 1 and one stderr line holding the path and `needle`. */
+static void expect_model_error(const char *what, const void *data, size_t n, const char *needle, const char *tokenizer) {
+    char *path = write_temp(data, n);
+    RunResult r;
+    run_args(&r, NULL, path, "-z", tokenizer, "-n", "2", NULL);
+    check(r.status == 1 && strstr(r.err, path) && strstr(r.err, needle) && single_line(r.err),
+          "%s: want exit 1 and a line with '%s', got %d: %s", what, needle, r.status, r.err);
+    unlink(path);
+    free(path);
+}
+
+static void test_checkpoint_errors(const char *tokenizer) {
+    TinyModel m = tiny_model(0, 8);
+    Buffer v0 = write_v0(&m), v1 = write_v1(&m, 0, 0);
+    int32_t *hdr = (int32_t *)v0.data;
+    RunResult r;
+
+    run_args(&r, NULL, "/nonexistent/model.bin", "-z", tokenizer, NULL);
+    check(r.status == 1 && strstr(r.err, "/nonexistent/model.bin") && single_line(r.err), "missing file: %s", r.err);
+    run_args(&r, NULL, "/tmp", "-z", tokenizer, NULL);
+    check(r.status == 1 && strstr(r.err, "not a regular file"), "directory: %s", r.err);
+
+    expect_model_error("empty file", v0.data, 0, "truncated header", tokenizer);
+    expect_model_error("truncated header", v0.data, 20, "truncated header", tokenizer);
+    expect_model_error("truncated v1 header", v1.data, 100, "truncated header", tokenizer);
+    expect_model_error("truncated weights", v0.data, v0.n - 4, "bytes but its header describes", tokenizer);
+    Buffer longer = {0};
+    put(&longer, v0.data, v0.n);
+    put_i32(&longer, 0);
+    expect_model_error("trailing bytes", longer.data, longer.n, "bytes but its header describes", tokenizer);
+    free(longer.data);
+
+    static const struct { int field; int32_t value; const char *needle; } bad[] = {
+        {0, 0, "dim is 0"}, {1, -5, "hidden_dim is -5"}, {2, 0, "n_layers is 0"},
+        {3, 0, "n_heads is 0"}, {4, -1, "n_kv_heads is -1"}, {6, 0, "seq_len is 0"},
+        {3, 3, "not a multiple of n_heads"},      /* dim 16 over 3 heads */
+        {3, 16, "head size 1 is odd"},            /* 16 heads of size 1 */
+        {4, 3, "not a multiple of n_kv_heads"},   /* 4 heads over 3 kv heads */
+        {0, INT32_MAX, "not a multiple of n_heads"},
+        {6, INT32_MAX, "bytes but its header describes"},
+        {1, INT32_MAX, "bytes but its header describes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int32_t saved = hdr[bad[i].field];
+        hdr[bad[i].field] = bad[i].value;
+        expect_model_error(bad[i].needle, v0.data, v0.n, bad[i].needle, tokenizer);
+        hdr[bad[i].field] = saved;
+    }
+    /* sizes so large that 64-bit products would matter */
+    int32_t huge[7] = {65536, INT32_MAX, INT32_MAX, 2, 2, INT32_MAX, INT32_MAX};
+    expect_model_error("huge header", huge, sizeof huge, "overflow", tokenizer);
+
+    int32_t version = 7;
+    memcpy(v1.data + 4, &version, 4);
+    expect_model_error("unknown version", v1.data, v1.n, "unknown checkpoint version 7", tokenizer);
+    version = 2;
+    memcpy(v1.data + 4, &version, 4);
+    expect_model_error("version 2 with group size 0", v1.data, v1.n, "group_size is 0", tokenizer);
+    int32_t group = 5;
+    memcpy(v1.data + 37, &group, 4);
+    expect_model_error("group size not dividing dim", v1.data, v1.n, "does not divide", tokenizer);
+
+    free(v0.data), free(v1.data);
+    free_tiny(&m);
+}
+
+static void test_tokenizer_errors(const char *model) {
+    /* a valid tokenizer for the 40-piece tiny model, then damaged copies */
+    Buffer b = {0};
+    put_i32(&b, 3);
+    for (int i = 0; i < 40; i++) {
+        char piece[4];
+        int n = snprintf(piece, sizeof piece, "%d", i);
+        put_f32(&b, -i), put_i32(&b, n), put(&b, piece, n);
+    }
+    /* each case keeps the first `keep` bytes, after writing `value` at `at` if `at` >= 0 */
+    struct { const char *what; size_t keep; int at; int32_t value; const char *needle; } cases[] = {
+        {"empty tokenizer", 0, -1, 0, "truncated"},
+        {"tokenizer cut in a piece", b.n - 1, -1, 0, "past the end of the file"},
+        {"tokenizer cut between pieces", b.n - 10, -1, 0, "has 39 pieces, the model needs 40"},
+        {"negative piece length", b.n, 8, -1, "negative length -1"},
+        {"piece longer than the file", b.n, 8, 1 << 30, "past the end of the file"},
+        {"zero max_token_length", b.n, 0, 0, "max_token_length is 0"},
+        {"NaN score", b.n, 4, 0x7FC00000, "non-finite score"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Buffer c = {0};
+        put(&c, b.data, b.n);
+        if (cases[i].at >= 0) memcpy(c.data + cases[i].at, &cases[i].value, 4);
+        char *path = write_temp(c.data, cases[i].keep);
+        RunResult r;
+        run_args(&r, NULL, model, "-z", path, "-n", "2", NULL);
+        check(r.status == 1 && strstr(r.err, path) && strstr(r.err, cases[i].needle) && single_line(r.err),
+              "%s: want '%s', got %d: %s", cases[i].what, cases[i].needle, r.status, r.err);
+        unlink(path), free(path), free(c.data);
+    }
+    RunResult r;
+    run_args(&r, NULL, model, "-z", "/nonexistent/tok.bin", NULL);
+    check(r.status == 1 && strstr(r.err, "/nonexistent/tok.bin"), "missing tokenizer: %s", r.err);
+    char *good = write_temp(b.data, b.n);
+    run_args(&r, NULL, model, "-z", good, "-t", "0", "-n", "4", "-i", "12", NULL);
+    check(r.status == 0, "the undamaged tokenizer loads: %d %s", r.status, r.err);
+    unlink(good), free(good), free(b.data);
+}
+
+static void test_flags(const char *model, const char *tokenizer) {
+    static const char *bad[][2] = {
+        {"-t", "abc"}, {"-t", "-1"}, {"-t", "nan"}, {"-t", "1.5x"}, {"-p", "1.5"}, {"-p", "-0.1"},
+        {"-p", "nan"}, {"-n", "-3"}, {"-n", "ten"}, {"-s", "-1"}, {"-s", "1e3"}, {"-m", "dance"}, {"-q", "1"},
+        {"-tt", "1"}, {"-n", "99999999999"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        RunResult r;
+        run_args(&r, NULL, model, "-z", tokenizer, bad[i][0], bad[i][1], NULL);
+        check(r.status == 1 && strstr(r.err, "usage:") && strstr(r.err, bad[i][0]),
+              "bad flag %s %s: want exit 1 with the usage line, got %d: %s", bad[i][0], bad[i][1], r.status, r.err);
+    }
+    RunResult r;
+    run_args(&r, NULL, model, "-z", tokenizer, "-n", NULL);
+    check(r.status == 1 && strstr(r.err, "-n needs a value"), "flag without a value: %s", r.err);
+    run_args(&r, NULL, NULL);
+    check(r.status == 1 && strstr(r.err, "no checkpoint"), "no arguments: %s", r.err);
+    run_args(&r, NULL, "-h", NULL);
+    const char *flags[] = {"-t", "-p", "-s", "-n", "-i", "-z", "-m", "-y"};
+    int all = r.status == 0;
+    for (int i = 0; i < 8; i++) all &= strstr(r.out, flags[i]) != NULL;
+    check(all, "-h lists every flag");
+}
+
+/* Generation and chat on the tiny model with a digits tokenizer. */
+static void test_generate_limits(const char *model, const char *tokenizer) {
+    RunResult r;
+    /* the model's context is 32: a longer prompt is cut to fit, with a note */
+    char long_prompt[200] = "";
+    for (int i = 0; i < 40; i++) snprintf(long_prompt + strlen(long_prompt), 8, " %d", i);
+    run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-i", long_prompt, NULL);
+    check(r.status == 0 && strstr(r.err, "keeping the first 32"), "long prompt: %d %s", r.status, r.err);
+    run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", NULL);
+    check(r.status == 0, "-n beyond the context is clamped: %d %s", r.status, r.err);
+    run_args(&r, NULL, model, "-z", tokenizer, "-m", "chat", "-i", "1", NULL);
+    check(r.status == 0 && strstr(r.out, "Assistant:"), "chat with stdin closed ends cleanly: %d %s", r.status, r.err);
+    run_args(&r, "2\n3\n4\n5\n", model, "-z", tokenizer, "-m", "chat", "-y", "1", NULL);
+    check(r.status == 0 && strstr(r.err, "context is full"), "chat that fills the context says so: %d %s", r.status, r.err);
+    run_args(&r, NULL, model, "-z", tokenizer, "-m", "tokenize", "-i", "", NULL);
+    check(r.status == 0 && strcmp(r.out, "1\n") == 0, "tokenize of the empty prompt is BOS: '%s'", r.out);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Real models from ../shared                                                 */
+
+static void test_shared_versions(void) {
+    char v0[4096], v1[4096], tok[4096];
+    snprintf(v0, sizeof v0, "%s/models/aidreams260K.bin", shared_dir());
+    snprintf(v1, sizeof v1, "%s/models/aidreams260K_v1.bin", shared_dir());
+    snprintf(tok, sizeof tok, "%s/models/aidreams_tok512.bin", shared_dir());
+    RunResult a, b;
+    run_args(&a, NULL, v0, "-z", tok, "-t", "0.8", "-s", "3", "-n", "100", NULL);
+    run_args(&b, NULL, v1, "-z", tok, "-t", "0.8", "-s", "3", "-n", "100", NULL);
+    check(a.status == 0 && b.status == 0 && strcmp(a.out, b.out) == 0 && strlen(a.out) > 50,
+          "aidreams260K v0 and v1 give the same text");
+}
+
+/* Runs a shared checker script; its last line is "N passed, M failed". */
+static void run_shared_checker(const char *script, const char *extra) {
+    char cmd[8192], line[512] = "";
+    snprintf(cmd, sizeof cmd, "python3 %s/tools/%s ./run %s 2>&1", shared_dir(), script, extra);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        check(0, "cannot run %s", script);
+        return;
+    }
+    char buf[512];
+    while (fgets(buf, sizeof buf, p)) {
+        if (strstr(buf, "FAIL") || strstr(buf, "DIFFERS")) printf("  %s: %s", script, buf);
+        snprintf(line, sizeof line, "%s", buf);
+    }
+    int status = pclose(p);
+    int n_pass = 0, n_fail = 0;
+    int parsed = sscanf(line, "%d passed, %d failed", &n_pass, &n_fail) == 2;
+    printf("%s %s: %s", script, extra, line);
+    check(parsed && status == 0 && n_fail == 0 && n_pass > 0, "%s %s", script, extra);
+}
+
+int main(void) {
+    test_rmsnorm();
+    test_softmax();
+    test_matmul();
+    test_quantize();
+    test_rope();
+    test_attention();
+    test_swiglu();
+    test_rng();
+    test_sampler();
+    test_tokenizer();
+    test_forward_matches_reference();
+
+    /* files for the end-to-end tests: the tiny model and a digits tokenizer */
+    TinyModel m = tiny_model(1, 32);
+    Buffer v0 = write_v0(&m), tb = {0};
+    put_i32(&tb, 3);
+    for (int i = 0; i < 40; i++) {
+        char piece[8];
+        int n = snprintf(piece, sizeof piece, i < 3 ? "<%d>" : " %d", i);
+        put_f32(&tb, -i), put_i32(&tb, n), put(&tb, piece, n);
+    }
+    char *model = write_temp(v0.data, v0.n), *tokenizer = write_temp(tb.data, tb.n);
+    test_checkpoint_errors(tokenizer);
+    test_tokenizer_errors(model);
+    test_flags(model, tokenizer);
+    test_generate_limits(model, tokenizer);
+    unlink(model), unlink(tokenizer), free(model), free(tokenizer), free(v0.data), free(tb.data);
+    free_tiny(&m);
+
+    if (have_shared()) {
+        test_shared_versions();
+        run_shared_checker("check_golden.py", "");
+        char q80[4096];
+        snprintf(q80, sizeof q80, "%s/golden/generate_q80.jsonl", shared_dir());
+        run_shared_checker("check_golden.py", q80);
+        run_shared_checker("check_tokenizer.py", "");
+    } else {
+        printf("note: %s/models not found: skipping the shared golden and tokenizer checks\n", shared_dir());
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
