@@ -716,8 +716,8 @@ static Candidate heap_pop(Heap *h) {
 }
 
 static void push_pair(Heap *h, const Tokenizer *t, const char *text, const Symbol *sym, int left) {
+    if (left < 0 || sym[left].next < 0) return;
     int right = sym[left].next;
-    if (left < 0 || right < 0) return;
     int len = sym[left].len + sym[right].len;
     int id = lookup_piece(t, text + sym[left].start, len);
     if (id < 0) return;
@@ -927,7 +927,7 @@ static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Samp
                 n_prompt, ck->config.seq_len, ck->config.seq_len);
         n_prompt = ck->config.seq_len;
     }
-    double start = now_seconds(), prompt_done = start;
+    double start = now_seconds(), prompt_done = 0;
     int token = prompt_tokens[0], generated = 0;
     for (int pos = 0; pos < steps; pos++) {
         float *logits = forward(ck, state, token, pos);
@@ -948,8 +948,8 @@ static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Samp
     }
     printf("\n");
     double end = now_seconds();
-    int prompt_positions = n_prompt < steps ? n_prompt : steps;
-    report_speed(prompt_positions, prompt_done - start, generated, end - prompt_done);
+    if (prompt_done == 0) prompt_done = end; /* the steps ran out inside the prompt */
+    report_speed(n_prompt < steps ? n_prompt : steps, prompt_done - start, generated, end - prompt_done);
     free(prompt_tokens);
 }
 
@@ -1001,7 +1001,8 @@ static void chat(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler 
         free(rendered);
         free(user_prompt);
         if (pos + n_prompt >= steps) {
-            fprintf(stderr, "run: the context is full (%d of %d positions used); ending the chat\n", pos, steps);
+            fprintf(stderr, "run: the context is full: %d positions used, %d more needed, limit %d (-n); ending the chat\n",
+                    pos, n_prompt, steps);
             free(prompt_tokens);
             break;
         }

@@ -791,7 +791,8 @@ static void test_shared_versions(void) {
 /* Runs a shared checker script; its last line is "N passed, M failed". */
 static void run_shared_checker(const char *script, const char *extra) {
     char cmd[8192], line[512] = "";
-    snprintf(cmd, sizeof cmd, "python3 %s/tools/%s ./run %s 2>&1", shared_dir(), script, extra);
+    const char *run = getenv("RUN") ? getenv("RUN") : "./run"; /* the binary the checkers run */
+    snprintf(cmd, sizeof cmd, "python3 %s/tools/%s %s %s 2>&1", shared_dir(), script, run, extra);
     FILE *p = popen(cmd, "r");
     if (!p) {
         check(0, "cannot run %s", script);
