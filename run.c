@@ -15,6 +15,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +27,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* Every error ends up here: one line on stderr, then a non-zero exit. */
 static void fail(const char *fmt, ...) {
@@ -263,28 +270,134 @@ static void close_checkpoint(Checkpoint *ck) {
 }
 
 /* ------------------------------------------------------------------------- */
+/* Threads: a pool started once; parallel_for() runs a task on all of them    */
+
+/* A task does its share `part` of `n_parts` of some work. */
+typedef void (*Task)(void *ctx, int part, int n_parts);
+
+typedef struct {
+    int n_threads; /* the caller counts as one */
+    pthread_t *workers;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    Task task;
+    void *ctx;
+    atomic_uint generation; /* bumped once per parallel_for */
+    atomic_int busy;        /* workers still running the current task */
+    atomic_int stop;
+} ThreadPool;
+
+static ThreadPool pool = {.n_threads = 1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *worker_main(void *arg) {
+    int part = (int)(intptr_t)arg;
+    unsigned seen = 0;
+    for (;;) {
+        /* spin a little first: during generation the next task comes within
+           microseconds, far sooner than a sleeping thread wakes up */
+        for (int spin = 0; spin < 200000 && atomic_load(&pool.generation) == seen; spin++) cpu_relax();
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+        seen = atomic_load(&pool.generation);
+        if (atomic_load(&pool.stop)) return NULL;
+        pool.task(pool.ctx, part, pool.n_threads);
+        atomic_fetch_sub(&pool.busy, 1);
+    }
+}
+
+static void parallel_for(Task task, void *ctx) {
+    if (pool.n_threads == 1) {
+        task(ctx, 0, 1);
+        return;
+    }
+    pool.task = task;
+    pool.ctx = ctx;
+    atomic_store(&pool.busy, pool.n_threads - 1);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add(&pool.generation, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    task(ctx, 0, pool.n_threads);
+    /* on a busy machine a worker may be off its core: give the core away */
+    for (int spin = 0; atomic_load(&pool.busy) > 0; spin++) {
+        if (spin < 20000) cpu_relax();
+        else sched_yield();
+    }
+}
+
+/* Small work is done by the caller alone: waking the pool would cost more. */
+static void run_task(Task task, void *ctx, double work) {
+    if (work < 100000) task(ctx, 0, 1);
+    else parallel_for(task, ctx);
+}
+
+static void start_threads(int n) {
+    pool.n_threads = n;
+    atomic_store(&pool.generation, 0); /* each worker starts having seen generation 0 */
+    pool.workers = xcalloc(n, sizeof(pthread_t));
+    for (int i = 1; i < n; i++)
+        if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0)
+            fail("cannot start thread %d of %d", i, n);
+}
+
+static void stop_threads(void) {
+    if (pool.n_threads == 1) return;
+    atomic_store(&pool.stop, 1);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add(&pool.generation, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    for (int i = 1; i < pool.n_threads; i++) pthread_join(pool.workers[i], NULL);
+    free(pool.workers);
+    pool.n_threads = 1;
+    atomic_store(&pool.stop, 0);
+}
+
+/* The share [begin, end) of n items that `part` of n_parts does, cut at multiples of `align`. */
+static void split_range(int n, int part, int n_parts, int align, int *begin, int *end) {
+    long blocks = (n + align - 1) / align;
+    *begin = (int)(blocks * part / n_parts * align);
+    *end = (int)(blocks * (part + 1) / n_parts * align);
+    if (*end > n) *end = n;
+    if (*begin > n) *begin = n;
+}
+
+/* ------------------------------------------------------------------------- */
 /* Run state: every buffer forward() needs, allocated once                    */
 
-/* A vector quantized to int8 in groups, for the version 2 matmul. */
+/* Prompt tokens go through the layers together, up to this many at a time. */
+#define MAX_BATCH 64
+
+/* Rows of int8 values with one scale per group, for the version 2 matmul. */
 typedef struct {
     int8_t *q;
     float *scale;
 } QuantizedVector;
 
 typedef struct {
-    float *x;      /* residual stream [dim] */
-    float *xb;     /* normalised x, then attention output [dim] */
-    float *xb2;    /* projection output [dim] */
-    float *hb;     /* feed-forward gate [hidden_dim] */
-    float *hb2;    /* feed-forward up [hidden_dim] */
-    float *q;      /* queries of the current position [dim] */
-    float *att;    /* attention scores [n_heads][seq_len] */
-    float *logits; /* [vocab_size] */
+    /* activations, one row per token of the batch */
+    float *x;      /* residual stream [MAX_BATCH][dim] */
+    float *xb;     /* normalised x, then attention output [MAX_BATCH][dim] */
+    float *xb2;    /* projection output [MAX_BATCH][dim] */
+    float *hb;     /* feed-forward gate [MAX_BATCH][hidden_dim] */
+    float *hb2;    /* feed-forward up [MAX_BATCH][hidden_dim] */
+    float *q;      /* queries [MAX_BATCH][dim] */
+    float *att;    /* attention scores, a row per thread [n_threads][seq_len] */
+    float *logits; /* of the batch's last token [vocab_size] */
     float *key_cache;   /* [n_layers][seq_len][kv_dim] */
     float *value_cache; /* [n_layers][seq_len][kv_dim] */
     float *rope_cos;    /* [seq_len][head_size / 2] */
     float *rope_sin;
-    QuantizedVector xq; /* version 2: the matmul input in int8 [max(dim, hidden_dim)] */
+    QuantizedVector xq; /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
+    float *x_t;         /* batched fp32 matmul: the input transposed [widest][MAX_BATCH] */
+    float *out_t;       /* and the output before transposing back [widest][MAX_BATCH] */
 } RunState;
 
 static void init_run_state(RunState *s, const Config *c) {
@@ -292,18 +405,20 @@ static void init_run_state(RunState *s, const Config *c) {
     size_t head_size = c->dim / c->n_heads;
     size_t cache = (size_t)c->n_layers * c->seq_len * kv_dim;
     size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
-    s->x = xcalloc(c->dim, sizeof(float));
-    s->xb = xcalloc(c->dim, sizeof(float));
-    s->xb2 = xcalloc(c->dim, sizeof(float));
-    s->hb = xcalloc(c->hidden_dim, sizeof(float));
-    s->hb2 = xcalloc(c->hidden_dim, sizeof(float));
-    s->q = xcalloc(c->dim, sizeof(float));
-    s->att = xcalloc((size_t)c->n_heads * c->seq_len, sizeof(float));
+    s->x = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    s->xb = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    s->xb2 = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    s->hb = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
+    s->hb2 = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
+    s->q = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    s->att = xcalloc((size_t)pool.n_threads * c->seq_len, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
     s->key_cache = xcalloc(cache, sizeof(float));
     s->value_cache = xcalloc(cache, sizeof(float));
-    s->xq.q = xcalloc(widest, 1);
-    s->xq.scale = xcalloc(widest, sizeof(float));
+    s->xq.q = xcalloc(MAX_BATCH * widest, 1);
+    s->xq.scale = xcalloc(MAX_BATCH * widest, sizeof(float));
+    s->x_t = xcalloc(MAX_BATCH * widest, sizeof(float));
+    s->out_t = xcalloc(MAX_BATCH * widest, sizeof(float));
     /* RoPE angles depend only on position and pair index: compute them once,
        with the same float expression as llama2.c so results match bit for bit */
     s->rope_cos = xcalloc((size_t)c->seq_len * head_size / 2, sizeof(float));
@@ -321,11 +436,12 @@ static void init_run_state(RunState *s, const Config *c) {
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q);
     free(s->att); free(s->logits); free(s->key_cache); free(s->value_cache);
-    free(s->xq.q); free(s->xq.scale); free(s->rope_cos); free(s->rope_sin);
+    free(s->xq.q); free(s->xq.scale); free(s->x_t); free(s->out_t);
+    free(s->rope_cos); free(s->rope_sin);
 }
 
 /* ------------------------------------------------------------------------- */
-/* Math blocks                                                                */
+/* Math blocks: the plain, sequential version of each                         */
 
 /* out = x / rms(x) * weight, rms(x) = sqrt(mean(x^2) + eps). out may be x. */
 static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
@@ -351,10 +467,11 @@ static void softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
-/* out[d] = W[d][n] . x[n], fp32. */
-static void matmul_f32(float *out, const float *x, const float *w, int n, int d) {
-    for (int i = 0; i < d; i++) {
-        const float *row = w + (size_t)i * n;
+/* out[i] = W[i] . x for the rows i in [begin, end) of W, whose rows are
+   `stride` floats apart (n for a weight matrix, kv_dim for cached keys). */
+static void matvec_plain(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end) {
+    for (int i = begin; i < end; i++) {
+        const float *row = w + i * stride;
         float val = 0.0f;
         for (int j = 0; j < n; j++) val += row[j] * x[j];
         out[i] = val;
@@ -362,7 +479,7 @@ static void matmul_f32(float *out, const float *x, const float *w, int n, int d)
 }
 
 /* Symmetric int8 quantization per group: scale = max|x| / 127, q = round(x / scale). */
-static void quantize(QuantizedVector *out, const float *x, int n, int group_size) {
+static void quantize(int8_t *q, float *scale, const float *x, int n, int group_size) {
     for (int g = 0; g < n / group_size; g++) {
         const float *group = x + g * group_size;
         float max_abs = 0.0f;
@@ -370,36 +487,26 @@ static void quantize(QuantizedVector *out, const float *x, int n, int group_size
             float a = fabsf(group[i]);
             if (a > max_abs) max_abs = a;
         }
-        float scale = max_abs / 127.0f;
-        out->scale[g] = scale;
-        for (int i = 0; i < group_size; i++)
-            out->q[g * group_size + i] = scale > 0 ? (int8_t)roundf(group[i] / scale) : 0;
+        float s = max_abs / 127.0f;
+        scale[g] = s;
+        for (int i = 0; i < group_size; i++) q[g * group_size + i] = s > 0 ? (int8_t)roundf(group[i] / s) : 0;
     }
 }
 
-/* out[d] = W[d][n] . x[n] with both sides int8: integer dot products per group,
-   each scaled by the weight group's and the input group's scales. */
-static void matmul_q8(float *out, const QuantizedVector *x, const Matrix *w, int n, int d, int group_size) {
-    for (int i = 0; i < d; i++) {
+/* out[i] = W[i] . x with both sides int8, for rows [begin, end): an integer dot
+   product per group, scaled by the weight group's and the input group's scales. */
+static void matvec_q8_plain(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                            int begin, int end) {
+    for (int i = begin; i < end; i++) {
         const int8_t *row = w->q + (size_t)i * n;
         const float *row_scale = w->scale + (size_t)i * n / group_size;
         float val = 0.0f;
         for (int j = 0; j < n; j += group_size) {
             int32_t ival = 0;
-            for (int k = 0; k < group_size; k++) ival += (int32_t)x->q[j + k] * row[j + k];
-            val += (float)ival * row_scale[j / group_size] * x->scale[j / group_size];
+            for (int k = 0; k < group_size; k++) ival += (int32_t)xq[j + k] * row[j + k];
+            val += (float)ival * row_scale[j / group_size] * xs[j / group_size];
         }
         out[i] = val;
-    }
-}
-
-/* out = W x for either storage of W. */
-static void matmul(RunState *s, float *out, const float *x, const Matrix *w, int n, int d, int group_size) {
-    if (w->f32) {
-        matmul_f32(out, x, w->f32, n, d);
-    } else {
-        quantize(&s->xq, x, n, group_size);
-        matmul_q8(out, &s->xq, w, n, d, group_size);
     }
 }
 
@@ -426,25 +533,6 @@ static void rope(float *v, int n, int head_size, const float *cos_pos, const flo
     }
 }
 
-/* One query head attending over the cached positions 0..pos: scores are
-   q.k / sqrt(head_size), softmaxed, then used to mix the values. */
-static void attention_head(float *out, const float *q, const float *keys, const float *values,
-                           float *att, int pos, int head_size, int kv_dim) {
-    for (int t = 0; t <= pos; t++) {
-        const float *k = keys + (size_t)t * kv_dim;
-        float score = 0.0f;
-        for (int i = 0; i < head_size; i++) score += q[i] * k[i];
-        att[t] = score / sqrtf(head_size);
-    }
-    softmax(att, pos + 1);
-    memset(out, 0, head_size * sizeof(float));
-    for (int t = 0; t <= pos; t++) {
-        const float *v = values + (size_t)t * kv_dim;
-        float a = att[t];
-        for (int i = 0; i < head_size; i++) out[i] += a * v[i];
-    }
-}
-
 /* SwiGLU: hb = silu(hb) * hb2, silu(x) = x * sigmoid(x). */
 static void swiglu(float *hb, const float *hb2, int n) {
     for (int i = 0; i < n; i++) {
@@ -460,53 +548,346 @@ static void add(float *x, const float *y, int n) {
 }
 
 /* ------------------------------------------------------------------------- */
-/* forward(): one token at one position in, logits over the vocabulary out    */
+/* Fast kernels: SIMD twins of the plain matvecs                              */
 
-static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
+/* Each fast kernel adds up exactly the same products in exactly the same order
+   as its plain twin, only for 16 rows (or tokens) at once, one per vector lane,
+   and multiplies and adds separately (no fused multiply-add). So its results
+   are bit-identical to the plain kernel's, and the program's output is the same
+   with either; test_all.c checks that. Build with -DRUN_PLAIN to use the plain
+   kernels only. */
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(RUN_PLAIN)
+#define HAVE_SIMD 1
+
+/* r[0..15] are 16 rows of 16 floats; afterwards r[m] holds column m. */
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) {
+        u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+    }
+    /* u[4a + c], 128-bit lane L, holds rows 4a..4a+3 of column 4L + c */
+    for (int c = 0; c < 4; c++) {
+        __m512 lo0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), lo1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        __m512 hi0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE), hi1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(lo0, lo1, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0xDD);
+    }
+}
+
+/* matvec_plain, 16 rows at a time: blocks of 16x16 weights are transposed so
+   that lane r accumulates row r's products in column order. */
+static void matvec_simd(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end) {
+    int i = begin;
+    for (; i + 16 <= end; i += 16) {
+        const float *block = w + i * stride;
+        __m512 acc = _mm512_setzero_ps();
+        int j = 0;
+        for (; j + 16 <= n; j += 16) {
+            __m512 r[16];
+            for (int k = 0; k < 16; k++) r[k] = _mm512_loadu_ps(block + k * stride + j);
+            transpose16(r);
+            for (int c = 0; c < 16; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
+        }
+        if (j < n) {
+            __mmask16 tail = (__mmask16)((1u << (n - j)) - 1);
+            __m512 r[16];
+            for (int k = 0; k < 16; k++) r[k] = _mm512_maskz_loadu_ps(tail, block + k * stride + j);
+            transpose16(r);
+            for (int c = 0; c < n - j; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
+        }
+        _mm512_storeu_ps(out + i, acc);
+    }
+    matvec_plain(out, x, w, n, stride, i, end);
+}
+
+/* Batched matvec with one token per lane: out_t[i][t] = W[i] . x[t], where the
+   input is transposed (x_t[j][t]) and tokens are padded to `width`, a multiple
+   of 16 up to 64. R rows and V = width / 16 vectors of tokens make R x V
+   accumulators; columns [jb, je) are added to what out_t holds (zero if jb == 0). */
+static inline __attribute__((always_inline)) void
+tokens_block(float *out_t, const float *x_t, const float *w, int n, int width, int row, int R, int V, int jb, int je) {
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++)
+            acc[r][v] = jb == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out_t + (size_t)(row + r) * width + 16 * v);
+    for (int j = jb; j < je; j++) {
+        __m512 xv[4];
+        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_ps(x_t + (size_t)j * width + 16 * v);
+        for (int r = 0; r < R; r++) {
+            __m512 wr = _mm512_set1_ps(w[(size_t)(row + r) * n + j]);
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(wr, xv[v]));
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * v, acc[r][v]);
+}
+
+static void matmul_tokens_rows(float *out_t, const float *x_t, const float *w, int n, int width, int begin, int end, int V) {
+    /* a block of columns of x_t stays in cache while every row uses it */
+    for (int jb = 0; jb < n; jb += 256) {
+        int je = jb + 256 < n ? jb + 256 : n, i = begin;
+        for (; i + 4 <= end; i += 4) tokens_block(out_t, x_t, w, n, width, i, 4, V, jb, je);
+        for (; i < end; i++) tokens_block(out_t, x_t, w, n, width, i, 1, V, jb, je);
+    }
+}
+
+/* Rows [begin, end) of out[t][i] = W[i] . x[t] for T tokens, via out_t. */
+static void matmul_tokens_simd(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
+                               int n, int T, int begin, int end) {
+    int V = (T + 15) / 16, width = 16 * V;
+    switch (V) { /* constant V lets the compiler keep the accumulators in registers */
+    case 1: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 1); break;
+    case 2: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 2); break;
+    case 3: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 3); break;
+    default: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 4); break;
+    }
+    for (int t = 0; t < T; t++)
+        for (int i = begin; i < end; i++) out[t * out_stride + i] = out_t[(size_t)i * width + t];
+}
+
+/* Sums each of 16 vectors of int32; lane r of the result is the sum of v[r]. */
+static inline __m512i reduce16_epi32(__m512i v[16]) {
+    __m512i s[8], t[4];
+    for (int k = 0; k < 8; k++)
+        s[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; k++)
+        t[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]), _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
+    /* t[k], 128-bit lane L, holds the lane-L partial sums of v[4k..4k+3] */
+    __m512i a = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x44), _mm512_shuffle_i32x4(t[0], t[1], 0xEE));
+    __m512i b = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x44), _mm512_shuffle_i32x4(t[2], t[3], 0xEE));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
+}
+
+/* int8 dot products of 64 bytes into 16 int32 partial sums. */
+static inline __m512i dot64_epi8(__m512i acc, __m512i w, __m512i x) {
+#if defined(__AVX512VNNI__)
+    /* vpdpbusd multiplies unsigned by signed bytes: use |w| and x with w's sign */
+    __m512i x_signed = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), x_signed);
+#else
+    __m512i lo = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
+                                   _mm512_cvtepi8_epi16(_mm512_castsi512_si256(x)));
+    __m512i hi = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1)),
+                                   _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(x, 1)));
+    return _mm512_add_epi32(acc, _mm512_add_epi32(lo, hi));
+#endif
+}
+
+/* matvec_q8_plain for group sizes that are a multiple of 64, 16 rows at a time:
+   integer sums are exact in any order, and the float sum over groups runs in
+   the plain kernel's order, one row per lane. */
+static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                           int begin, int end) {
+    int i = begin, groups = n / group_size;
+    if (group_size % 64 == 0) {
+        __m512i scale_index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                 _mm512_set1_epi32(groups));
+        for (; i + 16 <= end; i += 16) {
+            const int8_t *block = w->q + (size_t)i * n;
+            const float *block_scale = w->scale + (size_t)i * groups;
+            __m512 val = _mm512_setzero_ps();
+            for (int g = 0; g < groups; g++) {
+                __m512i sums[16];
+                for (int r = 0; r < 16; r++) {
+                    __m512i acc = _mm512_setzero_si512();
+                    for (int k = g * group_size; k < (g + 1) * group_size; k += 64)
+                        acc = dot64_epi8(acc, _mm512_loadu_si512(block + (size_t)r * n + k), _mm512_loadu_si512(xq + k));
+                    sums[r] = acc;
+                }
+                __m512 ival = _mm512_cvtepi32_ps(reduce16_epi32(sums));
+                __m512 ws = _mm512_i32gather_ps(_mm512_add_epi32(scale_index, _mm512_set1_epi32(g)), block_scale, 4);
+                val = _mm512_add_ps(val, _mm512_mul_ps(_mm512_mul_ps(ival, ws), _mm512_set1_ps(xs[g])));
+            }
+            _mm512_storeu_ps(out + i, val);
+        }
+    }
+    matvec_q8_plain(out, xq, xs, w, n, group_size, i, end);
+}
+#endif
+
+/* The kernels forward() uses: the fast ones when the CPU has them. */
+static void matvec(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end) {
+#ifdef HAVE_SIMD
+    matvec_simd(out, x, w, n, stride, begin, end);
+#else
+    matvec_plain(out, x, w, n, stride, begin, end);
+#endif
+}
+
+static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                      int begin, int end) {
+#ifdef HAVE_SIMD
+    matvec_q8_simd(out, xq, xs, w, n, group_size, begin, end);
+#else
+    matvec_q8_plain(out, xq, xs, w, n, group_size, begin, end);
+#endif
+}
+
+/* ------------------------------------------------------------------------- */
+/* Matmul and attention for a batch of tokens, split across the threads       */
+
+typedef struct {
+    RunState *s;
+    float *out;     /* [T][d], rows out_stride apart */
+    size_t out_stride;
+    const float *x; /* [T][n] */
+    const Matrix *w;
+    int n, d, T, group_size;
+} MatmulJob;
+
+static void matmul_task(void *ctx, int part, int n_parts) {
+    MatmulJob *job = ctx;
+    int begin, end;
+    split_range(job->d, part, n_parts, 16, &begin, &end);
+    if (job->w->q) {
+        /* each thread's rows stay in cache while every token passes them */
+        int groups = job->n / job->group_size;
+        for (int t = 0; t < job->T; t++)
+            matvec_q8(job->out + t * job->out_stride, job->s->xq.q + (size_t)t * job->n,
+                      job->s->xq.scale + (size_t)t * groups, job->w, job->n, job->group_size, begin, end);
+        return;
+    }
+#ifdef HAVE_SIMD
+    if (job->T > 1) {
+        matmul_tokens_simd(job->out, job->out_stride, job->s->out_t, job->s->x_t, job->w->f32, job->n, job->T, begin, end);
+        return;
+    }
+#endif
+    for (int t = 0; t < job->T; t++)
+        matvec(job->out + t * job->out_stride, job->x + (size_t)t * job->n, job->w->f32, job->n, job->n, begin, end);
+}
+
+/* out[t] = W x[t] for T tokens: W is [d][n], fp32 or int8. */
+static void matmul(RunState *s, float *out, size_t out_stride, const float *x, const Matrix *w, int n, int d, int T,
+                   int group_size) {
+    if (w->q) {
+        for (int t = 0; t < T; t++)
+            quantize(s->xq.q + (size_t)t * n, s->xq.scale + (size_t)t * (n / group_size), x + (size_t)t * n, n, group_size);
+    }
+#ifdef HAVE_SIMD
+    else if (T > 1) {
+        int width = (T + 15) / 16 * 16;
+        for (int j = 0; j < n; j++)
+            for (int t = 0; t < width; t++) s->x_t[(size_t)j * width + t] = t < T ? x[(size_t)t * n + j] : 0.0f;
+    }
+#endif
+    MatmulJob job = {s, out, out_stride, x, w, n, d, T, group_size};
+    run_task(matmul_task, &job, (double)n * d * T);
+}
+
+typedef struct {
+    RunState *s;
+    const Config *c;
+    int layer, T, pos;
+} AttentionJob;
+
+/* One query head attending over the cached positions 0..pos: scores are
+   q.k / sqrt(head_size), softmaxed, then used to mix the values. */
+static void attention_head(float *out, const float *q, const float *keys, const float *values,
+                           float *att, int pos, int head_size, int kv_dim) {
+    matvec(att, q, keys, head_size, kv_dim, 0, pos + 1);
+    for (int t = 0; t <= pos; t++) att[t] /= sqrtf(head_size);
+    softmax(att, pos + 1);
+    memset(out, 0, head_size * sizeof(float));
+    for (int t = 0; t <= pos; t++) {
+        const float *v = values + (size_t)t * kv_dim;
+        float a = att[t];
+        for (int i = 0; i < head_size; i++) out[i] += a * v[i];
+    }
+}
+
+/* Every (token, head) pair of the batch is one unit of work. */
+static void attention_task(void *ctx, int part, int n_parts) {
+    AttentionJob *job = ctx;
+    const Config *c = job->c;
+    RunState *s = job->s;
+    int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    int heads_per_kv = c->n_heads / c->n_kv_heads;
+    size_t layer_offset = (size_t)job->layer * c->seq_len * kv_dim;
+    int begin, end;
+    split_range(job->T * c->n_heads, part, n_parts, 1, &begin, &end);
+    for (int unit = begin; unit < end; unit++) {
+        int t = unit / c->n_heads, h = unit % c->n_heads;
+        int kv_head = h / heads_per_kv; /* grouped-query attention */
+        attention_head(s->xb + (size_t)t * c->dim + h * head_size, s->q + (size_t)t * c->dim + h * head_size,
+                       s->key_cache + layer_offset + kv_head * head_size,
+                       s->value_cache + layer_offset + kv_head * head_size,
+                       s->att + (size_t)part * c->seq_len, job->pos + t, head_size, kv_dim);
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* forward(): tokens in, logits over the vocabulary out                       */
+
+/* Runs tokens[0..T) at positions pos..pos+T-1 (T <= MAX_BATCH) through the
+   model and returns the logits of the last one. Each token's arithmetic is the
+   same as if it ran alone; together, each weight is read once per batch. */
+static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens, int T, int pos) {
     const Config *c = &ck->config;
     const Weights *w = &ck->weights;
     int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
     int head_size = dim / c->n_heads;
     int kv_dim = head_size * c->n_kv_heads;
-    int heads_per_kv = c->n_heads / c->n_kv_heads;
-    const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2;
-    const float *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
 
-    embed(s->x, &w->token_embedding, token, dim, gs);
+    for (int t = 0; t < T; t++) embed(s->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim, gs);
 
     for (int l = 0; l < c->n_layers; l++) {
-        /* attention: K and V go straight into this position's cache row */
-        float *layer_keys = s->key_cache + (size_t)l * c->seq_len * kv_dim;
-        float *layer_values = s->value_cache + (size_t)l * c->seq_len * kv_dim;
-        float *k = layer_keys + (size_t)pos * kv_dim;
-        float *v = layer_values + (size_t)pos * kv_dim;
-        rmsnorm(s->xb, s->x, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
-        matmul(s, s->q, s->xb, &w->wq[l], dim, dim, gs);
-        matmul(s, k, s->xb, &w->wk[l], dim, kv_dim, gs);
-        matmul(s, v, s->xb, &w->wv[l], dim, kv_dim, gs);
-        rope(s->q, dim, head_size, cos_pos, sin_pos);
-        rope(k, kv_dim, head_size, cos_pos, sin_pos);
-        for (int h = 0; h < c->n_heads; h++) {
-            int kv_head = h / heads_per_kv; /* grouped-query attention */
-            attention_head(s->xb + h * head_size, s->q + h * head_size,
-                           layer_keys + kv_head * head_size, layer_values + kv_head * head_size,
-                           s->att + (size_t)h * c->seq_len, pos, head_size, kv_dim);
+        /* attention; K and V go straight into the cache rows of their positions */
+        float *k = s->key_cache + ((size_t)l * c->seq_len + pos) * kv_dim;
+        float *v = s->value_cache + ((size_t)l * c->seq_len + pos) * kv_dim;
+        for (int t = 0; t < T; t++)
+            rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
+        matmul(s, s->q, dim, s->xb, &w->wq[l], dim, dim, T, gs);
+        matmul(s, k, kv_dim, s->xb, &w->wk[l], dim, kv_dim, T, gs);
+        matmul(s, v, kv_dim, s->xb, &w->wv[l], dim, kv_dim, T, gs);
+        for (int t = 0; t < T; t++) {
+            const float *cos_pos = s->rope_cos + (size_t)(pos + t) * head_size / 2;
+            const float *sin_pos = s->rope_sin + (size_t)(pos + t) * head_size / 2;
+            rope(s->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
+            rope(k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
         }
-        matmul(s, s->xb2, s->xb, &w->wo[l], dim, dim, gs);
-        add(s->x, s->xb2, dim);
+        AttentionJob job = {s, c, l, T, pos};
+        run_task(attention_task, &job, (double)T * c->n_heads * (pos + T) * head_size);
+        matmul(s, s->xb2, dim, s->xb, &w->wo[l], dim, dim, T, gs);
+        add(s->x, s->xb2, T * dim);
 
         /* feed-forward: w2(silu(w1 x) * w3 x) */
-        rmsnorm(s->xb, s->x, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
-        matmul(s, s->hb, s->xb, &w->w1[l], dim, hidden_dim, gs);
-        matmul(s, s->hb2, s->xb, &w->w3[l], dim, hidden_dim, gs);
-        swiglu(s->hb, s->hb2, hidden_dim);
-        matmul(s, s->xb, s->hb, &w->w2[l], hidden_dim, dim, gs);
-        add(s->x, s->xb, dim);
+        for (int t = 0; t < T; t++)
+            rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
+        matmul(s, s->hb, hidden_dim, s->xb, &w->w1[l], dim, hidden_dim, T, gs);
+        matmul(s, s->hb2, hidden_dim, s->xb, &w->w3[l], dim, hidden_dim, T, gs);
+        swiglu(s->hb, s->hb2, T * hidden_dim);
+        matmul(s, s->xb, dim, s->hb, &w->w2[l], hidden_dim, dim, T, gs);
+        add(s->x, s->xb, T * dim);
     }
 
-    rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
-    matmul(s, s->logits, s->x, &w->classifier, dim, c->vocab_size, gs);
+    float *last = s->x + (size_t)(T - 1) * dim;
+    rmsnorm(last, last, w->rms_final, dim, c->norm_eps);
+    matmul(s, s->logits, c->vocab_size, last, &w->classifier, dim, c->vocab_size, 1, gs);
     return s->logits;
+}
+
+/* One token at one position. */
+static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
+    return forward_batch(ck, s, &token, 1, pos);
+}
+
+/* Any number of tokens from position pos on, in batches; the last one's logits. */
+static float *forward_tokens(const Checkpoint *ck, RunState *s, const int *tokens, int n, int pos) {
+    float *logits = NULL;
+    for (int done = 0; done < n; done += MAX_BATCH)
+        logits = forward_batch(ck, s, tokens + done, n - done < MAX_BATCH ? n - done : MAX_BATCH, pos + done);
+    return logits;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -917,7 +1298,8 @@ static void report_speed(int prompt_tokens, double prompt_seconds, int generated
 }
 
 /* Prints the prompt's pieces, then sampled ones, until `steps` positions have
-   been run or the model emits BOS or EOS. */
+   been run or the model emits BOS or EOS. The prompt goes through the model in
+   batches; the text is the same as feeding it one token at a time. */
 static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler *sampler,
                      const char *prompt, int steps) {
     int n_prompt;
@@ -927,29 +1309,33 @@ static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Samp
                 n_prompt, ck->config.seq_len, ck->config.seq_len);
         n_prompt = ck->config.seq_len;
     }
-    double start = now_seconds(), prompt_done = 0;
-    int token = prompt_tokens[0], generated = 0;
-    for (int pos = 0; pos < steps; pos++) {
-        float *logits = forward(ck, state, token, pos);
-        int next;
-        if (pos + 1 < n_prompt) {
-            next = prompt_tokens[pos + 1];
-        } else {
-            if (pos + 1 == n_prompt) prompt_done = now_seconds();
-            next = sample(sampler, logits);
-            if (next == BOS_ID || next == EOS_ID) break;
-            generated++;
-        }
+    /* the prompt's own pieces, as far as the steps reach */
+    for (int i = 1; i < n_prompt && i <= steps; i++) {
         int len;
-        const char *piece = decode(tok, token, next, &len);
+        const char *piece = decode(tok, prompt_tokens[i - 1], prompt_tokens[i], &len);
         print_piece(stdout, piece, len);
-        fflush(stdout);
-        token = next;
+    }
+    fflush(stdout);
+    double start = now_seconds(), prompt_done = start;
+    int generated = 0;
+    if (n_prompt <= steps) {
+        float *logits = forward_tokens(ck, state, prompt_tokens, n_prompt, 0);
+        prompt_done = now_seconds();
+        int token = prompt_tokens[n_prompt - 1];
+        for (int pos = n_prompt - 1; pos < steps; pos++) {
+            if (pos > n_prompt - 1) logits = forward(ck, state, token, pos);
+            int next = sample(sampler, logits);
+            if (next == BOS_ID || next == EOS_ID) break;
+            int len;
+            const char *piece = decode(tok, token, next, &len);
+            print_piece(stdout, piece, len);
+            fflush(stdout);
+            generated++;
+            token = next;
+        }
     }
     printf("\n");
-    double end = now_seconds();
-    if (prompt_done == 0) prompt_done = end; /* the steps ran out inside the prompt */
-    report_speed(n_prompt < steps ? n_prompt : steps, prompt_done - start, generated, end - prompt_done);
+    report_speed(n_prompt <= steps ? n_prompt : 0, prompt_done - start, generated, now_seconds() - prompt_done);
     free(prompt_tokens);
 }
 
@@ -1008,13 +1394,10 @@ static void chat(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler 
         }
         printf("Assistant: ");
         fflush(stdout);
-        for (int i = 0; i < n_prompt; i++) {
-            token = prompt_tokens[i];
-            forward(ck, state, token, pos++);
-        }
+        int next = sample(sampler, forward_tokens(ck, state, prompt_tokens, n_prompt, pos));
+        pos += n_prompt;
+        token = prompt_tokens[n_prompt - 1];
         free(prompt_tokens);
-        /* the last prompt position's logits are still in state->logits */
-        int next = sample(sampler, state->logits);
         while (next != EOS_ID && pos < steps) {
             int len;
             const char *piece = decode(tok, token, next, &len);
@@ -1054,6 +1437,7 @@ static void usage(FILE *out) {
             "  -z <string> tokenizer file, default tokenizer.bin\n"
             "  -m <string> mode: generate (default), chat, or tokenize (print the prompt's ids)\n"
             "  -y <string> system prompt in chat mode\n"
+            "  -j <int>    threads, >= 1, default: one per CPU core\n"
             "  -h          this help\n");
 }
 
@@ -1091,7 +1475,7 @@ int main(int argc, char **argv) {
     const char *checkpoint_path = NULL, *tokenizer_path = "tokenizer.bin";
     const char *prompt = NULL, *system_prompt = NULL, *mode = "generate";
     float temperature = 1.0f, topp = 0.9f;
-    long long seed = 0, steps = 256;
+    long long seed = 0, steps = 256, threads = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -1104,7 +1488,7 @@ int main(int argc, char **argv) {
             checkpoint_path = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpsnizmy", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpsnizmyj", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
@@ -1116,6 +1500,7 @@ int main(int argc, char **argv) {
         case 'z': tokenizer_path = val; break;
         case 'm': mode = val; break;
         case 'y': system_prompt = val; break;
+        case 'j': threads = parse_int(arg, val, 1, 1024); break;
         }
     }
     if (!checkpoint_path) bad_flag("no checkpoint given");
@@ -1136,6 +1521,8 @@ int main(int argc, char **argv) {
         free(ids);
     } else {
         if (steps == 0 || steps > ck.config.seq_len) steps = ck.config.seq_len;
+        if (threads == 0) threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+        start_threads((int)threads);
         RunState state;
         init_run_state(&state, &ck.config);
         Sampler sampler = {ck.config.vocab_size, temperature, topp,
@@ -1145,6 +1532,7 @@ int main(int argc, char **argv) {
         else chat(&ck, &state, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt, (int)steps);
         free(sampler.probindex);
         free_run_state(&state);
+        stop_threads();
     }
     free_tokenizer(&tok);
     close_checkpoint(&ck);

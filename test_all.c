@@ -46,6 +46,12 @@ static float lcg_uniform(void) {
     return (float)((lcg_state >> 40) / 8388608.0 - 1.0);
 }
 
+static float *random_tensor(size_t n, float scale, float offset) {
+    float *t = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) t[i] = offset + scale * lcg_uniform();
+    return t;
+}
+
 static double max_abs_diff(const float *a, const double *b, int n) {
     double m = 0;
     for (int i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]));
@@ -82,7 +88,7 @@ static void test_softmax(void) {
     check(max_abs_diff(y, yref, 3) < 1e-6, "softmax(0, ln2, ln5) is not (1, 2, 5) / 8");
 }
 
-static void test_matmul(void) {
+static void test_matvec(void) {
     enum { N = 19, D = 7 };
     float w[D * N], x[N], out[D];
     double ref[D];
@@ -92,8 +98,22 @@ static void test_matmul(void) {
         ref[i] = 0;
         for (int j = 0; j < N; j++) ref[i] += (double)w[i * N + j] * x[j];
     }
-    matmul_f32(out, x, w, N, D);
-    check(max_abs_diff(out, ref, D) < 1e-5, "fp32 matmul differs from the double product");
+    matvec_plain(out, x, w, N, N, 0, D);
+    check(max_abs_diff(out, ref, D) < 1e-5, "fp32 matvec differs from the double product");
+}
+
+/* The fast kernels must give the plain kernels' results bit for bit. */
+static void test_fast_matvec(void) {
+    static const int shapes[][3] = {{16, 16, 16}, {19, 7, 19}, {64, 35, 64}, {37, 48, 50}, {288, 33, 288}, {5, 17, 9}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int n = shapes[k][0], d = shapes[k][1], stride = shapes[k][2];
+        float *w = random_tensor((size_t)d * stride, 1, 0), *x = random_tensor(n, 1, 0);
+        float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
+        matvec_plain(plain, x, w, n, stride, 0, d);
+        matvec(fast, x, w, n, stride, 0, d);
+        check(memcmp(plain, fast, d * sizeof(float)) == 0, "matvec (n %d, d %d, stride %d) differs from plain", n, d, stride);
+        free(w), free(x), free(plain), free(fast);
+    }
 }
 
 static void test_quantize(void) {
@@ -101,10 +121,9 @@ static void test_quantize(void) {
     float x[N];
     int8_t q[N];
     float scale[N / GS];
-    QuantizedVector v = {q, scale};
     for (int i = 0; i < N; i++) x[i] = 5 * lcg_uniform();
     for (int i = 0; i < GS; i++) x[2 * GS + i] = 0; /* an all-zero group */
-    quantize(&v, x, N, GS);
+    quantize(q, scale, x, N, GS);
     int ok = 1;
     for (int g = 0; g < N / GS; g++) {
         float m = 0;
@@ -129,8 +148,52 @@ static void test_quantize(void) {
         ref[i] = 0;
         for (int j = 0; j < N; j++) ref[i] += (double)wq[i * N + j] * ws[(i * N + j) / GS] * q[j] * scale[j / GS];
     }
-    matmul_q8(out, &v, &m, N, D, GS);
-    check(max_abs_diff(out, ref, D) < 1e-4, "int8 matmul differs from the dequantized product");
+    matvec_q8_plain(out, q, scale, &m, N, GS, 0, D);
+    check(max_abs_diff(out, ref, D) < 1e-4, "int8 matvec differs from the dequantized product");
+}
+
+static void test_fast_matvec_q8(void) {
+    static const int shapes[][3] = {{64, 16, 64}, {256, 35, 64}, {384, 33, 128}, {64, 40, 4}, {48, 17, 16}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int n = shapes[k][0], d = shapes[k][1], gs = shapes[k][2];
+        int8_t *wq = malloc((size_t)d * n), *xq = malloc(n);
+        float *ws = random_tensor((size_t)d * n / gs, 0.01f, 0.02f), *x = random_tensor(n, 3, 0), *xs = malloc(n / gs * sizeof(float));
+        for (int i = 0; i < d * n; i++) wq[i] = (int8_t)(lcg_uniform() * 128); /* -128 included */
+        quantize(xq, xs, x, n, gs);
+        Matrix m = {NULL, wq, ws};
+        float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
+        matvec_q8_plain(plain, xq, xs, &m, n, gs, 0, d);
+        matvec_q8(fast, xq, xs, &m, n, gs, 0, d);
+        check(memcmp(plain, fast, d * sizeof(float)) == 0, "int8 matvec (n %d, d %d, group %d) differs from plain", n, d, gs);
+        free(wq), free(xq), free(ws), free(x), free(xs), free(plain), free(fast);
+    }
+}
+
+/* Batched matmul over T tokens, on 1 and 2 threads, against per-token plain matvecs. */
+static void test_batched_matmul(void) {
+    Config c = {.dim = 96, .hidden_dim = 200, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+                .vocab_size = 4, .seq_len = 8, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    int n = 200, d = 96;
+    float *w = random_tensor((size_t)d * n, 1, 0), *x = random_tensor((size_t)MAX_BATCH * n, 1, 0);
+    float *plain = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast = calloc((size_t)MAX_BATCH * d, sizeof(float));
+    Matrix m = {w, NULL, NULL};
+    static const int batch[] = {1, 5, 16, 17, 40, MAX_BATCH};
+    for (int threads = 1; threads <= 2; threads++) {
+        start_threads(threads);
+        RunState s;
+        init_run_state(&s, &c);
+        for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++) {
+            int T = batch[k];
+            for (int t = 0; t < T; t++) matvec_plain(plain + t * d, x + t * n, w, n, n, 0, d);
+            memset(fast, 0, (size_t)MAX_BATCH * d * sizeof(float));
+            matmul(&s, fast, d, x, &m, n, d, T, 0);
+            check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0,
+                  "batched matmul of %d tokens on %d threads differs from per-token matvecs", T, threads);
+        }
+        free_run_state(&s);
+        stop_threads();
+    }
+    free(w), free(x), free(plain), free(fast);
 }
 
 static void test_rope(void) {
@@ -357,12 +420,6 @@ typedef struct {
     float *emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *cls;
 } TinyModel;
 
-static float *random_tensor(size_t n, float scale, float offset) {
-    float *t = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) t[i] = offset + scale * lcg_uniform();
-    return t;
-}
-
 static TinyModel tiny_model(int shared, int seq_len) {
     TinyModel m = {.dim = 16, .hidden = 24, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = seq_len, .shared = shared};
     int kv = m.dim / m.heads * m.kv_heads;
@@ -439,6 +496,42 @@ static Buffer write_v1(const TinyModel *m, float theta, float eps) {
     put_floats(&b, m->w2, L * d * h);
     put_floats(&b, m->w3, L * h * d);
     if (!m->shared) put_floats(&b, m->cls, (size_t)m->vocab * d);
+    return b;
+}
+
+/* Version 2: norms in fp32, then each matrix as int8 with one scale per group
+   (scale = max|w| / 127, q = w / scale rounded half to even). The model's weights
+   are replaced by their dequantized values, so the reference sees what run.c sees. */
+static void put_quantized(Buffer *b, float *w, size_t n, int gs) {
+    int8_t *q = malloc(n);
+    float *scales = malloc(n / gs * sizeof(float));
+    for (size_t g = 0; g < n / gs; g++) {
+        float m = 0;
+        for (int i = 0; i < gs; i++) m = fmaxf(m, fabsf(w[g * gs + i]));
+        scales[g] = m / 127.0f;
+        for (int i = 0; i < gs; i++) {
+            q[g * gs + i] = (int8_t)nearbyintf(w[g * gs + i] / scales[g]);
+            w[g * gs + i] = q[g * gs + i] * scales[g];
+        }
+    }
+    put(b, q, n);
+    put_floats(b, scales, n / gs);
+    free(q), free(scales);
+}
+
+static Buffer write_v2(TinyModel *m, int gs) {
+    Buffer b = {0};
+    int kv = m->dim / m->heads * m->kv_heads, L = m->layers, d = m->dim, h = m->hidden;
+    put_v1_header(&b, m, 2, gs, 0, 0);
+    put_floats(&b, m->rms_att, L * d);
+    put_floats(&b, m->rms_ffn, L * d);
+    put_floats(&b, m->rms_final, d);
+    put_quantized(&b, m->emb, (size_t)m->vocab * d, gs);
+    struct { float *w; size_t size; } mats[7] = {{m->wq, d * d}, {m->wk, kv * d}, {m->wv, kv * d}, {m->wo, d * d},
+                                                 {m->w1, h * d}, {m->w2, d * h}, {m->w3, h * d}};
+    for (int k = 0; k < 7; k++)
+        for (int l = 0; l < L; l++) put_quantized(&b, mats[k].w + l * mats[k].size, mats[k].size, gs);
+    if (!m->shared) put_quantized(&b, m->cls, (size_t)m->vocab * d, gs);
     return b;
 }
 
@@ -553,6 +646,31 @@ static double forward_error(const char *path, const TinyModel *m, double theta, 
     return worst;
 }
 
+/* Batched forward (with threads) against one token at a time: same bits. */
+static void test_batched_forward(const char *path, const char *what) {
+    Checkpoint ck;
+    open_checkpoint(&ck, path);
+    int n = ck.config.seq_len < 30 ? ck.config.seq_len : 30;
+    int tokens[30];
+    for (int i = 0; i < n; i++) tokens[i] = (i * 7 + 1) % ck.config.vocab_size;
+    RunState one, many;
+    init_run_state(&one, &ck.config);
+    float *single = NULL;
+    for (int i = 0; i < n; i++) single = forward(&ck, &one, tokens[i], i);
+    start_threads(2);
+    init_run_state(&many, &ck.config);
+    float *batched = forward_tokens(&ck, &many, tokens, n, 0);
+    size_t cache = (size_t)ck.config.n_layers * ck.config.seq_len * (ck.config.dim / ck.config.n_heads * ck.config.n_kv_heads);
+    check(memcmp(single, batched, ck.config.vocab_size * sizeof(float)) == 0 &&
+              memcmp(one.key_cache, many.key_cache, cache * sizeof(float)) == 0 &&
+              memcmp(one.value_cache, many.value_cache, cache * sizeof(float)) == 0,
+          "%s: a batch of %d tokens on 2 threads differs from one token at a time", what, n);
+    free_run_state(&many);
+    stop_threads();
+    free_run_state(&one);
+    close_checkpoint(&ck);
+}
+
 static void test_forward_matches_reference(void) {
     for (int shared = 0; shared <= 1; shared++) {
         TinyModel m = tiny_model(shared, 8);
@@ -564,6 +682,16 @@ static void test_forward_matches_reference(void) {
         check(e0 < 1e-4, "v0 forward (shared=%d) is off the reference by %g", shared, e0);
         check(e1 < 1e-4, "v1 forward (shared=%d) is off the reference by %g", shared, e1);
         check(e2 < 1e-4, "v1 forward with rope_theta 5e5, eps 1e-6 (shared=%d) is off by %g", shared, e2);
+        test_batched_forward(p0, "v0");
+        test_batched_forward(p2, "v1");
+        /* int8: the reference runs on the dequantized weights; activations are
+           quantized too, so agreement is to a few percent of the logits' range */
+        Buffer v2 = write_v2(&m, 8);
+        char *p3 = write_temp(v2.data, v2.n);
+        double e3 = forward_error(p3, &m, 10000, 1e-5);
+        check(e3 < 0.15, "v2 forward (shared=%d) is off the reference by %g", shared, e3);
+        test_batched_forward(p3, "v2");
+        unlink(p3), free(p3), free(v2.data);
         unlink(p0), unlink(p1), unlink(p2);
         free(p0), free(p1), free(p2), free(v0.data), free(v1.data), free(v1_theta.data);
         free_tiny(&m);
@@ -813,8 +941,11 @@ static void run_shared_checker(const char *script, const char *extra) {
 int main(void) {
     test_rmsnorm();
     test_softmax();
-    test_matmul();
+    test_matvec();
+    test_fast_matvec();
     test_quantize();
+    test_fast_matvec_q8();
+    test_batched_matmul();
     test_rope();
     test_attention();
     test_swiglu();
