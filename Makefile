@@ -1,13 +1,20 @@
 # make                build ./run
 # make test           build and run the test suite (test_all.c)
 # make test-sanitize  the same suite, built with AddressSanitizer and UBSan
+# make run PLAIN=1    only the plain sequential kernels (same output, slower)
 CC ?= cc
 CFLAGS ?= -O3 -march=native
 # -ffp-contract=off: no fused multiply-add, so float results follow the source
 # order exactly and match the reference outputs bit for bit.
 BASEFLAGS = -std=gnu11 -Wall -Wextra -ffp-contract=off
 LDLIBS = -lm -lpthread
+ifdef PLAIN
+BASEFLAGS += -DRUN_PLAIN
+endif
 SANITIZE = -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
+# a python3 with numpy, for test_export.py (Debian's python3-numpy lives in /usr/bin)
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && { echo $$p; break; }; done)
+export PYTHON
 
 run: run.c
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ run.c $(LDLIBS)

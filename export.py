@@ -1,0 +1,917 @@
+#!/usr/bin/env python3
+"""Write checkpoints and tokenizers in the formats that run.c reads.
+
+Commands
+--------
+Tokenizers (standard library only):
+
+  python3 export.py tokenizer.bin --tokenizer tokenizer.model   # SentencePiece model
+  python3 export.py tokenizer.bin --tokenizer tokenizer.json    # Hugging Face, SentencePiece-BPE kind
+
+Models (need numpy; torch only where noted):
+
+  python3 export.py model.bin --hf DIR            # Hugging Face Llama/Mistral folder (safetensors;
+                                                  #   pytorch_model*.bin needs torch)
+  python3 export.py model.bin --meta DIR          # Meta's params.json + consolidated.*.pth (torch)
+  python3 export.py model.bin --checkpoint ckpt.pt  # llama2.c / train.py checkpoint (torch)
+  python3 export.py model.bin --bin old.bin       # any file run.c reads, re-written
+
+Options for models:
+  --version 0|1|2    output format (default 1): 0 = legacy llama2.c layout,
+                     1 = fp32 with a 256-byte header, 2 = int8 (Q8_0) with fp32 scales
+  --group-size G     quantization group for version 2 (default 64); when it does not
+                     divide dim and hidden_dim, the largest power of two below it that
+                     does is used (with a note on stderr)
+  --seq-len N        maximum sequence length to record (default: the model's own;
+                     4096 for --meta, whose params.json does not say)
+
+Formats
+-------
+tokenizer.bin (little-endian): int32 max_token_length, then for every token id in
+order: float32 score, int32 byte length, the piece's UTF-8 bytes. U+2581 ("▁") is
+written as a space, BOS as "\\n<s>\\n" and EOS as "\\n</s>\\n".
+
+Checkpoints: config = 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
+vocab_size, seq_len). Weight matrices are row-major [out][in] and the query/key rows
+of each head are in interleaved-pair RoPE order (pair i = rows 2i, 2i+1).
+  v0: config (vocab_size negative when the classifier is stored separately), then
+      fp32 token embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final,
+      2 * seq_len*head_size/2 zeros (the unused RoPE tables), classifier if not shared.
+  v1: 256-byte header: uint32 magic 0x616b3432, int32 version, config (at 8),
+      uint8 shared_classifier (36), int32 group_size (37, v2 only), float32
+      rope_theta (44, 0 = 10000), float32 rms_norm_eps (48, 0 = 1e-5); then fp32
+      rms_att, rms_ffn, rms_final, token embedding, wq, wk, wv, wo, w1, w2, w3,
+      classifier if not shared.
+  v2: same header with version 2; fp32 rms_att, rms_ffn, rms_final; then each
+      quantized tensor as int8 values followed by its fp32 scales (one per group of
+      group_size consecutive values): token embedding, wq of every layer, wk, wv, wo,
+      w1, w2, w3, classifier if not shared. scale = max|w|/127, q = round(w/scale).
+"""
+
+import argparse
+import glob
+import json
+import math
+import os
+import struct
+import sys
+
+
+class ExportError(Exception):
+    """A problem the user should see as a one-line message, not a traceback."""
+
+
+def note(message):
+    print(f"export.py: {message}", file=sys.stderr)
+
+
+# ===========================================================================
+# Tokenizer export
+
+SPACE_MARK = "\u2581"  # SentencePiece's visible space "▁"
+
+
+def read_sentencepiece_model(path):
+    """Return (pieces, scores, bos_id, eos_id) of a SentencePiece .model file."""
+    try:
+        import sentencepiece
+    except ImportError:
+        sentencepiece = None
+    if sentencepiece is not None:
+        sp = sentencepiece.SentencePieceProcessor(model_file=path)
+        n = sp.vocab_size()
+        pieces = [sp.id_to_piece(i) for i in range(n)]
+        scores = [sp.get_score(i) for i in range(n)]
+        return pieces, scores, sp.bos_id(), sp.eos_id()
+    with open(path, "rb") as f:
+        return parse_sentencepiece_proto(f.read())
+
+
+def _read_varint(buf, pos):
+    result = 0
+    shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _proto_fields(buf):
+    """Yield (field_number, wire_type, value) for each field of a protobuf message.
+
+    value is an int for varints, bytes for length-delimited fields and the raw
+    4 or 8 bytes for fixed32/fixed64 fields.
+    """
+    pos = 0
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(buf, pos)
+        elif wire == 1:
+            value, pos = buf[pos:pos + 8], pos + 8
+        elif wire == 2:
+            length, pos = _read_varint(buf, pos)
+            value, pos = buf[pos:pos + length], pos + length
+        elif wire == 5:
+            value, pos = buf[pos:pos + 4], pos + 4
+        else:
+            raise ExportError(f"unsupported protobuf wire type {wire}: is this a SentencePiece .model file?")
+        yield field, wire, value
+
+
+def _int32(varint):
+    """A protobuf int32 is sent as a 64-bit two's complement varint."""
+    varint &= (1 << 64) - 1
+    return varint - (1 << 64) if varint >= 1 << 63 else varint
+
+
+def parse_sentencepiece_proto(data):
+    """Minimal reader for sentencepiece's ModelProto.
+
+    ModelProto: field 1 = repeated SentencePiece {1: piece, 2: score (float),
+    3: type}, field 2 = TrainerSpec (41: bos_id, 42: eos_id; defaults 1 and 2).
+    """
+    pieces, scores = [], []
+    bos_id, eos_id = 1, 2
+    for field, wire, value in _proto_fields(data):
+        if field == 1 and wire == 2:
+            piece, score = "", 0.0
+            for f, w, v in _proto_fields(value):
+                if f == 1 and w == 2:
+                    piece = v.decode("utf-8")
+                elif f == 2 and w == 5:
+                    score = struct.unpack("<f", v)[0]
+            pieces.append(piece)
+            scores.append(score)
+        elif field == 2 and wire == 2:
+            for f, w, v in _proto_fields(value):
+                if f == 41 and w == 0:
+                    bos_id = _int32(v)
+                elif f == 42 and w == 0:
+                    eos_id = _int32(v)
+    if not pieces:
+        raise ExportError("no pieces found: is this a SentencePiece .model file?")
+    return pieces, scores, bos_id, eos_id
+
+
+def read_hf_tokenizer_json(path):
+    """Return (pieces, scores, bos_id, eos_id) of a SentencePiece-style BPE tokenizer.json.
+
+    Hugging Face's BPE merges the adjacent pair of lowest merge rank; run.c merges
+    the adjacent pair whose joined piece has the highest score. Giving each piece
+    the score -(rank of the first merge that makes it) makes the two agree. Pieces
+    that no merge makes (single characters, byte pieces <0xXX>, special tokens)
+    are never looked up as a merge result, and get score 0 like SentencePiece's
+    byte and control pieces, or, for ordinary pieces, a score below every merge.
+    """
+    with open(path, encoding="utf-8") as f:
+        tok = json.load(f)
+    model = tok.get("model") or {}
+    if model.get("type") != "BPE":
+        raise ExportError(f"{path}: model.type is {model.get('type')!r}; only the SentencePiece-BPE kind (\"BPE\") is supported")
+    if not model.get("byte_fallback"):
+        raise ExportError(f"{path}: model.byte_fallback is not true: a byte-level BPE tokenizer (GPT-2/Llama 3 kind) "
+                          "cannot be written as tokenizer.bin; only the SentencePiece-BPE kind (Llama 2, Mistral) is supported")
+    pre = tok.get("pre_tokenizer")
+    if pre and "ByteLevel" in json.dumps(pre):
+        raise ExportError(f"{path}: pre_tokenizer is ByteLevel: only the SentencePiece-BPE kind is supported")
+
+    vocab = model["vocab"]
+    size = max(vocab.values()) + 1
+    for added in tok.get("added_tokens") or []:
+        size = max(size, added["id"] + 1)
+    pieces = [None] * size
+    for piece, i in vocab.items():
+        pieces[i] = piece
+    special = set()
+    for added in tok.get("added_tokens") or []:
+        pieces[added["id"]] = added["content"]
+        if added.get("special"):
+            special.add(added["id"])
+    missing = [i for i, p in enumerate(pieces) if p is None]
+    if missing:
+        raise ExportError(f"{path}: token ids {missing[:5]} have no piece")
+
+    # Rank of the first merge that makes each piece.
+    first_rank = {}
+    for rank, merge in enumerate(model.get("merges") or []):
+        left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+        first_rank.setdefault(left + right, rank)
+    n_merges = len(model.get("merges") or [])
+
+    scores = []
+    for i, piece in enumerate(pieces):
+        if piece in first_rank:
+            scores.append(-float(first_rank[piece]))
+        elif i in special or _is_byte_piece(piece):
+            scores.append(0.0)
+        else:
+            scores.append(-float(n_merges + i))
+
+    bos_piece, eos_piece = _hf_special_tokens(path)
+    ids = {p: i for i, p in enumerate(pieces)}
+    bos_id, eos_id = ids.get(bos_piece, -1), ids.get(eos_piece, -1)
+    return pieces, scores, bos_id, eos_id
+
+
+def _is_byte_piece(piece):
+    return len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">")
+
+
+def _hf_special_tokens(tokenizer_json_path):
+    """BOS and EOS pieces: from tokenizer_config.json beside the file, else <s>, </s>."""
+    bos, eos = "<s>", "</s>"
+    config_path = os.path.join(os.path.dirname(os.path.abspath(tokenizer_json_path)), "tokenizer_config.json")
+    if os.path.exists(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+
+        def content(value, default):
+            if isinstance(value, dict):
+                value = value.get("content")
+            return value if isinstance(value, str) else default
+
+        bos = content(config.get("bos_token"), bos)
+        eos = content(config.get("eos_token"), eos)
+    return bos, eos
+
+
+def write_tokenizer_bin(out, pieces, scores, bos_id, eos_id):
+    encoded = []
+    for i, piece in enumerate(pieces):
+        if i == bos_id:
+            piece = "\n<s>\n"
+        elif i == eos_id:
+            piece = "\n</s>\n"
+        encoded.append(piece.replace(SPACE_MARK, " ").encode("utf-8"))
+    out.write(struct.pack("<i", max(len(b) for b in encoded)))
+    for score, b in zip(scores, encoded):
+        out.write(struct.pack("<fi", score, len(b)))
+        out.write(b)
+
+
+def export_tokenizer(in_path, out):
+    if in_path.endswith(".json"):
+        pieces, scores, bos_id, eos_id = read_hf_tokenizer_json(in_path)
+    else:
+        pieces, scores, bos_id, eos_id = read_sentencepiece_model(in_path)
+    write_tokenizer_bin(out, pieces, scores, bos_id, eos_id)
+    return f"{len(pieces)} pieces, BOS {bos_id}, EOS {eos_id}"
+
+
+# ===========================================================================
+# Models: a common description, and sources that hand out one tensor at a time
+#
+# Tensor names used below (llama2.c's): tok_embeddings, attention_norm, wq, wk,
+# wv, wo, ffn_norm, w1 (gate), w2 (down), w3 (up), norm, output. Per-layer
+# tensors are asked for with their layer index. A source returns float32 numpy
+# arrays ([out][in] matrices, 1-D norms) with wq/wk already in interleaved RoPE
+# order; nothing is loaded before it is asked for, so big models export with
+# about one tensor in memory at a time (safetensors and --bin inputs).
+
+LAYER_TENSORS = ("attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3")
+DEFAULT_ROPE_THETA = 10000.0
+DEFAULT_NORM_EPS = 1e-5
+MAGIC = 0x616B3432
+HEADER_SIZE = 256
+
+
+def import_numpy():
+    """numpy, imported only when a model is exported."""
+    try:
+        import numpy as np
+    except ImportError:
+        raise ExportError("model export needs numpy (Debian: apt-get install python3-numpy)")
+    return np
+
+
+def torch_module(why):
+    try:
+        import torch
+    except ImportError:
+        raise ExportError(f"{why} needs torch (Debian: apt-get install python3-torch)")
+    return torch
+
+
+def torch_load(torch, path):
+    """torch.load, restricted to plain data when this torch allows it."""
+    import pickle
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except TypeError:  # torch older than 1.13 has no weights_only
+        pass
+    except pickle.UnpicklingError:  # older weights-only loaders reject some plain data (floats)
+        note(f"{path}: loading with full unpickling (only do this with files you trust)")
+    return torch.load(path, map_location="cpu")
+
+
+def torch_to_numpy(tensor):
+    return tensor.detach().to("cpu").float().numpy()
+
+
+class Config:
+    def __init__(self, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len,
+                 rope_theta=DEFAULT_ROPE_THETA, norm_eps=DEFAULT_NORM_EPS, shared_classifier=True):
+        self.dim = int(dim)
+        self.hidden_dim = int(hidden_dim)
+        self.n_layers = int(n_layers)
+        self.n_heads = int(n_heads)
+        self.n_kv_heads = int(n_kv_heads)
+        self.vocab_size = int(vocab_size)
+        self.seq_len = int(seq_len)
+        self.rope_theta = float(rope_theta)
+        self.norm_eps = float(norm_eps)
+        self.shared_classifier = bool(shared_classifier)
+
+    @property
+    def head_size(self):
+        return self.dim // self.n_heads
+
+    @property
+    def kv_dim(self):
+        return self.head_size * self.n_kv_heads
+
+    def check(self):
+        if self.dim <= 0 or self.n_heads <= 0 or self.dim % self.n_heads:
+            raise ExportError(f"dim {self.dim} is not a multiple of n_heads {self.n_heads}")
+        if self.head_size % 2:
+            raise ExportError(f"head size {self.head_size} is odd: RoPE needs pairs")
+        if self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
+            raise ExportError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+        if min(self.hidden_dim, self.n_layers, self.vocab_size, self.seq_len) <= 0:
+            raise ExportError(f"bad model shape: {self}")
+
+    def shape(self, name):
+        d, h, kv, v = self.dim, self.hidden_dim, self.kv_dim, self.vocab_size
+        return {"tok_embeddings": (v, d), "output": (v, d), "norm": (d,),
+                "attention_norm": (d,), "ffn_norm": (d,),
+                "wq": (d, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, d),
+                "w1": (h, d), "w2": (d, h), "w3": (h, d)}[name]
+
+    def __str__(self):
+        return (f"dim {self.dim}, hidden_dim {self.hidden_dim}, {self.n_layers} layers, "
+                f"{self.n_heads} heads, {self.n_kv_heads} KV heads, vocab {self.vocab_size}, "
+                f"seq_len {self.seq_len}, rope_theta {self.rope_theta:g}, norm_eps {self.norm_eps:g}, "
+                f"{'shared' if self.shared_classifier else 'separate'} classifier")
+
+
+class Source:
+    """Base of the model readers: a Config and tensor(name, layer)."""
+    config = None
+
+    def tensor(self, name, layer=None):
+        np = import_numpy()
+        w = np.ascontiguousarray(self.load(name, layer), dtype=np.float32)
+        want = self.config.shape(name)
+        if w.shape != want:
+            where = name if layer is None else f"{name} of layer {layer}"
+            raise ExportError(f"{where} has shape {w.shape}, expected {want}")
+        return w
+
+    def load(self, name, layer):
+        raise NotImplementedError
+
+
+def rotate_half_to_interleaved(w, n_heads):
+    """Undo Hugging Face's query/key row order.
+
+    In HF checkpoints each head's rows hold first the real parts of all RoPE pairs,
+    then the imaginary parts (rotate-half order). run.c rotates adjacent pairs, so
+    row j of the first half and row j of the second half must become rows 2j, 2j+1.
+    """
+    rows, cols = w.shape
+    half = rows // n_heads // 2
+    return w.reshape(n_heads, 2, half, cols).transpose(0, 2, 1, 3).reshape(rows, cols)
+
+
+# ---------------------------------------------------------------------------
+# Hugging Face folders
+
+SAFETENSORS_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+
+
+class SafetensorsFile:
+    """Reads single tensors of a .safetensors file: u64 header size, JSON header, data."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            (header_size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(header_size))
+        header.pop("__metadata__", None)
+        self.entries = header
+        self.data_start = 8 + header_size
+
+    def read(self, name):
+        np = import_numpy()
+        entry = self.entries[name]
+        dtype = entry["dtype"]
+        if dtype not in SAFETENSORS_DTYPES:
+            raise ExportError(f"{self.path}: tensor {name} has dtype {dtype}; supported: F32, F16, BF16")
+        begin, end = entry["data_offsets"]
+        count = math.prod(entry["shape"])
+        raw = np.fromfile(self.path, dtype=SAFETENSORS_DTYPES[dtype], count=count,
+                          offset=self.data_start + begin)
+        if raw.nbytes != end - begin:
+            raise ExportError(f"{self.path}: tensor {name} is truncated")
+        if dtype == "BF16":  # bfloat16 is the top half of a float32
+            values = (raw.astype(np.uint32) << 16).view(np.float32)
+        else:
+            values = raw.astype(np.float32)
+        return values.reshape(entry["shape"])
+
+
+class HuggingFaceSource(Source):
+    SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM")
+
+    def __init__(self, folder, seq_len=None):
+        config_path = os.path.join(folder, "config.json")
+        if not os.path.exists(config_path):
+            raise ExportError(f"{folder}: no config.json (is this a Hugging Face model folder?)")
+        with open(config_path) as f:
+            hf = json.load(f)
+        self._refuse_unsupported(hf)
+        self.files = self._index(folder)  # tensor name -> reader
+        names = set(self.files)
+        biases = sorted(n for n in names if n.endswith(".bias"))
+        if biases:
+            raise ExportError(f"the model has bias tensors ({biases[0]}, ...): run.c has no biases")
+
+        n_heads = hf["num_attention_heads"]
+        tied = hf.get("tie_word_embeddings", False) or "lm_head.weight" not in names
+        self.config = Config(
+            dim=hf["hidden_size"],
+            hidden_dim=hf["intermediate_size"],
+            n_layers=hf["num_hidden_layers"],
+            n_heads=n_heads,
+            n_kv_heads=hf.get("num_key_value_heads") or n_heads,
+            vocab_size=hf["vocab_size"],
+            seq_len=seq_len or hf.get("max_position_embeddings", 2048),
+            rope_theta=hf.get("rope_theta", DEFAULT_ROPE_THETA),
+            norm_eps=hf.get("rms_norm_eps", 1e-6),  # HF LlamaConfig's default
+            shared_classifier=tied)
+        self.config.check()
+
+    @staticmethod
+    def _refuse_unsupported(hf):
+        def refuse(field, why):
+            raise ExportError(f"config.json: {field} = {json.dumps(hf.get(field))}: {why}; run.c cannot run this model")
+
+        archs = hf.get("architectures") or []
+        if archs and not any(a in HuggingFaceSource.SUPPORTED for a in archs):
+            refuse("architectures", "only LlamaForCausalLM and MistralForCausalLM are supported")
+        if not archs and hf.get("model_type") not in ("llama", "mistral"):
+            refuse("model_type", "only llama and mistral are supported")
+        dim, heads = hf["hidden_size"], hf["num_attention_heads"]
+        if hf.get("head_dim") not in (None, dim // heads) or dim % heads:
+            refuse("head_dim", f"run.c needs head_dim = hidden_size / num_attention_heads = {dim / heads:g}")
+        window = hf.get("sliding_window")
+        if window is not None and window < hf.get("max_position_embeddings", 2048):
+            refuse("sliding_window", "sliding-window attention is not supported "
+                                     "(it is harmless only when >= max_position_embeddings)")
+        if hf.get("use_sliding_window"):
+            refuse("use_sliding_window", "sliding-window attention is not supported")
+        if hf.get("attention_bias"):
+            refuse("attention_bias", "attention biases are not supported")
+        if hf.get("mlp_bias"):
+            refuse("mlp_bias", "MLP biases are not supported")
+        if hf.get("rope_scaling"):
+            refuse("rope_scaling", "RoPE scaling is not supported")
+        if hf.get("partial_rotary_factor", 1.0) != 1.0:
+            refuse("partial_rotary_factor", "partial RoPE is not supported")
+        for field in ("hidden_act", "hidden_activation"):
+            if hf.get(field, "silu") != "silu":
+                refuse(field, "only the silu (SwiGLU) activation is supported")
+
+    @staticmethod
+    def _index(folder):
+        index_path = os.path.join(folder, "model.safetensors.index.json")
+        if os.path.exists(index_path):  # sharded: the index names the files
+            with open(index_path) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+            files = [os.path.join(folder, name) for name in files]
+        elif os.path.exists(os.path.join(folder, "model.safetensors")):
+            files = [os.path.join(folder, "model.safetensors")]
+        else:
+            files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+        if files:
+            index = {}
+            for path in files:
+                reader = SafetensorsFile(path)
+                for name in reader.entries:
+                    index[name] = reader
+            return index
+        files = sorted(glob.glob(os.path.join(folder, "pytorch_model*.bin")))
+        if files:
+            torch = torch_module("reading pytorch_model*.bin")
+            index = {}
+            for path in files:
+                reader = TorchFile(torch, path)
+                for name in reader.names():
+                    index[name] = reader
+            return index
+        raise ExportError(f"{folder}: no *.safetensors or pytorch_model*.bin files")
+
+    HF_NAMES = {
+        "tok_embeddings": "model.embed_tokens.weight",
+        "norm": "model.norm.weight",
+        "output": "lm_head.weight",
+        "attention_norm": "model.layers.{}.input_layernorm.weight",
+        "wq": "model.layers.{}.self_attn.q_proj.weight",
+        "wk": "model.layers.{}.self_attn.k_proj.weight",
+        "wv": "model.layers.{}.self_attn.v_proj.weight",
+        "wo": "model.layers.{}.self_attn.o_proj.weight",
+        "ffn_norm": "model.layers.{}.post_attention_layernorm.weight",
+        "w1": "model.layers.{}.mlp.gate_proj.weight",
+        "w2": "model.layers.{}.mlp.down_proj.weight",
+        "w3": "model.layers.{}.mlp.up_proj.weight",
+    }
+
+    def load(self, name, layer):
+        hf_name = self.HF_NAMES[name].format(layer)
+        if hf_name not in self.files:
+            raise ExportError(f"tensor {hf_name} not found")
+        w = self.files[hf_name].read(hf_name)
+        if name == "wq":
+            w = rotate_half_to_interleaved(w, self.config.n_heads)
+        elif name == "wk":
+            w = rotate_half_to_interleaved(w, self.config.n_kv_heads)
+        return w
+
+
+class TorchFile:
+    """A torch state_dict file (pytorch_model*.bin), loaded when first read."""
+
+    def __init__(self, torch, path):
+        self.torch, self.path, self.state = torch, path, None
+
+    def _load(self):
+        if self.state is None:
+            self.state = torch_load(self.torch, self.path)
+        return self.state
+
+    def names(self):
+        return list(self._load())
+
+    def read(self, name):
+        return torch_to_numpy(self._load()[name])
+
+
+# ---------------------------------------------------------------------------
+# Meta's original checkpoints: params.json + consolidated.NN.pth
+
+class MetaSource(Source):
+    # Model-parallel shards split these along dim 0 (column-parallel) or dim 1.
+    CONCAT_AXIS = {"wq": 0, "wk": 0, "wv": 0, "w1": 0, "w3": 0, "output": 0,
+                   "wo": 1, "w2": 1, "tok_embeddings": 1}
+    META_NAMES = {
+        "tok_embeddings": "tok_embeddings.weight", "norm": "norm.weight", "output": "output.weight",
+        "attention_norm": "layers.{}.attention_norm.weight", "ffn_norm": "layers.{}.ffn_norm.weight",
+        "wq": "layers.{}.attention.wq.weight", "wk": "layers.{}.attention.wk.weight",
+        "wv": "layers.{}.attention.wv.weight", "wo": "layers.{}.attention.wo.weight",
+        "w1": "layers.{}.feed_forward.w1.weight", "w2": "layers.{}.feed_forward.w2.weight",
+        "w3": "layers.{}.feed_forward.w3.weight",
+    }
+
+    def __init__(self, folder, seq_len=None):
+        torch = torch_module("--meta")
+        with open(os.path.join(folder, "params.json")) as f:
+            params = json.load(f)
+        if params.get("use_scaled_rope"):
+            raise ExportError("params.json: use_scaled_rope = true: RoPE scaling is not supported by run.c")
+        paths = sorted(glob.glob(os.path.join(folder, "consolidated.*.pth")))
+        if not paths:
+            raise ExportError(f"{folder}: no consolidated.*.pth files")
+        self.shards = [torch_load(torch, p) for p in paths]
+
+        dim, n_heads = params["dim"], params["n_heads"]
+        first = self.shards[0]
+        vocab = params.get("vocab_size", -1)
+        if vocab is None or vocab <= 0:
+            vocab = first["tok_embeddings.weight"].shape[0]
+        hidden = sum(s["layers.0.feed_forward.w1.weight"].shape[0] for s in self.shards)
+        rule = self.hidden_dim_rule(dim, params.get("multiple_of", 256), params.get("ffn_dim_multiplier"))
+        if hidden != rule:
+            note(f"hidden_dim {hidden} (from the weights) differs from the multiple_of rule's {rule}; using {hidden}")
+        self.config = Config(
+            dim=dim, hidden_dim=hidden, n_layers=params["n_layers"], n_heads=n_heads,
+            n_kv_heads=params.get("n_kv_heads") or n_heads, vocab_size=vocab,
+            seq_len=seq_len or 4096,
+            rope_theta=params.get("rope_theta", DEFAULT_ROPE_THETA),
+            norm_eps=params.get("norm_eps", DEFAULT_NORM_EPS),
+            shared_classifier="output.weight" not in first)
+        self.config.check()
+
+    @staticmethod
+    def hidden_dim_rule(dim, multiple_of, ffn_dim_multiplier):
+        hidden = int(2 * (4 * dim) / 3)
+        if ffn_dim_multiplier is not None:
+            hidden = int(ffn_dim_multiplier * hidden)
+        return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+    def load(self, name, layer):
+        np = import_numpy()
+        key = self.META_NAMES[name].format(layer)
+        parts = [torch_to_numpy(s[key]) for s in self.shards]
+        if len(parts) == 1 or name not in self.CONCAT_AXIS:
+            return parts[0]
+        return np.concatenate(parts, axis=self.CONCAT_AXIS[name])
+
+
+# ---------------------------------------------------------------------------
+# llama2.c training checkpoints (ckpt.pt: {"model": state_dict, "model_args": {...}})
+
+class TrainingCheckpointSource(Source):
+    def __init__(self, path, seq_len=None):
+        np = import_numpy()
+        torch = torch_module("--checkpoint")
+        checkpoint = torch_load(torch, path)
+        if not isinstance(checkpoint, dict) or "model" not in checkpoint or "model_args" not in checkpoint:
+            raise ExportError(f"{path}: not a llama2.c checkpoint (a dict with 'model' and 'model_args')")
+        prefix = "_orig_mod."  # left by torch.compile
+        self.state = {k[len(prefix):] if k.startswith(prefix) else k: v
+                      for k, v in checkpoint["model"].items()}
+        args = checkpoint["model_args"]
+        embedding = self.state["tok_embeddings.weight"]
+        output = self.state.get("output.weight")
+        shared = output is None or (output.shape == embedding.shape and
+                                    np.array_equal(torch_to_numpy(output), torch_to_numpy(embedding)))
+        n_heads = args["n_heads"]
+        self.config = Config(
+            dim=args["dim"],
+            hidden_dim=self.state["layers.0.feed_forward.w1.weight"].shape[0],
+            n_layers=args["n_layers"], n_heads=n_heads,
+            n_kv_heads=args.get("n_kv_heads") or n_heads,
+            vocab_size=args.get("vocab_size") or embedding.shape[0],
+            seq_len=seq_len or args["max_seq_len"],
+            rope_theta=args.get("rope_theta") or DEFAULT_ROPE_THETA,
+            norm_eps=args.get("norm_eps") or DEFAULT_NORM_EPS,
+            shared_classifier=shared)
+        self.config.check()
+
+    def load(self, name, layer):
+        return torch_to_numpy(self.state[MetaSource.META_NAMES[name].format(layer)])
+
+
+# ---------------------------------------------------------------------------
+# Files run.c reads (v0, v1, v2)
+
+class BinSource(Source):
+    def __init__(self, path, seq_len=None):
+        self.np = import_numpy()
+        self.path = path
+        with open(path, "rb") as f:
+            header = f.read(HEADER_SIZE)
+        if len(header) < 28:
+            raise ExportError(f"{path}: too short for a checkpoint")
+        magic, version = struct.unpack_from("<Ii", header, 0)
+        if magic == MAGIC:
+            if version not in (1, 2):
+                raise ExportError(f"{path}: unknown checkpoint version {version}")
+            self.version = version
+            fields = struct.unpack_from("<7i", header, 8)
+            shared = header[36] != 0
+            self.group_size = struct.unpack_from("<i", header, 37)[0] if version == 2 else 0
+            theta, eps = struct.unpack_from("<ff", header, 44)
+            offset = HEADER_SIZE
+        else:
+            self.version = 0
+            fields = struct.unpack_from("<7i", header, 0)
+            shared = fields[5] > 0
+            theta = eps = 0.0
+            offset = 28
+        dim, hidden, layers, heads, kv_heads, vocab, seq = fields
+        self.config = Config(dim, hidden, layers, heads, kv_heads, abs(vocab), seq_len or seq,
+                             rope_theta=theta or DEFAULT_ROPE_THETA, norm_eps=eps or DEFAULT_NORM_EPS,
+                             shared_classifier=shared)
+        self.config.check()
+        self.file_seq_len = seq
+        if self.version == 2 and (self.group_size <= 0 or dim % self.group_size or hidden % self.group_size):
+            raise ExportError(f"{path}: bad group size {self.group_size}")
+        self.places = {}  # (name, layer) -> (offset, shape, quantized)
+        offset = self._lay_out(offset)
+        size = os.path.getsize(path)
+        if offset != size:
+            raise ExportError(f"{path}: file is {size} bytes, the header says {offset}")
+
+    def _lay_out(self, offset):
+        """Record where each tensor is; return the end offset."""
+        c = self.config
+        L = c.n_layers
+
+        def put(name, layers, quantized=False):
+            nonlocal offset
+            for layer in layers:
+                shape = c.shape(name)
+                self.places[name, layer] = (offset, shape, quantized)
+                n = math.prod(shape)
+                offset += n + 4 * (n // self.group_size) if quantized else 4 * n
+
+        every = range(L)
+        if self.version == 0:
+            put("tok_embeddings", [None])
+            for name in LAYER_TENSORS[:5]:  # attention_norm, wq, wk, wv, wo
+                put(name, every)
+            for name in LAYER_TENSORS[5:]:  # ffn_norm, w1, w2, w3
+                put(name, every)
+            put("norm", [None])
+            offset += 4 * self.file_seq_len * c.head_size  # unused RoPE tables
+        else:
+            q = self.version == 2
+            put("attention_norm", every)
+            put("ffn_norm", every)
+            put("norm", [None])
+            put("tok_embeddings", [None], q)
+            for name in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"):
+                put(name, every, q)
+        if not c.shared_classifier:
+            put("output", [None], self.version == 2)
+        return offset
+
+    def load(self, name, layer):
+        np = self.np
+        if name == "output" and self.config.shared_classifier:
+            name = "tok_embeddings"
+        offset, shape, quantized = self.places[name, layer]
+        n = math.prod(shape)
+        if not quantized:
+            return np.fromfile(self.path, dtype="<f4", count=n, offset=offset).reshape(shape)
+        q = np.fromfile(self.path, dtype=np.int8, count=n, offset=offset)
+        scales = np.fromfile(self.path, dtype="<f4", count=n // self.group_size, offset=offset + n)
+        w = q.astype(np.float32).reshape(-1, self.group_size) * scales[:, None]
+        return w.reshape(shape)
+
+
+# ===========================================================================
+# Writers
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def header_v1(config, version, group_size=0):
+    """The 256-byte header of versions 1 and 2."""
+    c = config
+    head = struct.pack("<Ii7iB", MAGIC, version, c.dim, c.hidden_dim, c.n_layers, c.n_heads,
+                       c.n_kv_heads, c.vocab_size, c.seq_len, int(c.shared_classifier))
+    head += struct.pack("<i", group_size)  # offset 37; 0 for version 1
+    head += b"\0" * (44 - len(head))
+    # 0 stands for the default, so files of older exporters read the same.
+    theta = 0.0 if f32(c.rope_theta) == f32(DEFAULT_ROPE_THETA) else c.rope_theta
+    eps = 0.0 if f32(c.norm_eps) == f32(DEFAULT_NORM_EPS) else c.norm_eps
+    head += struct.pack("<ff", theta, eps)
+    return head + b"\0" * (HEADER_SIZE - len(head))
+
+
+def write_v0(source, out):
+    c = source.config
+    if f32(c.rope_theta) != f32(DEFAULT_ROPE_THETA) or f32(c.norm_eps) != f32(DEFAULT_NORM_EPS):
+        raise ExportError(f"version 0 cannot store rope_theta {c.rope_theta:g} or rms_norm_eps {c.norm_eps:g} "
+                          f"(it assumes 10000 and 1e-5): use --version 1")
+    vocab = c.vocab_size if c.shared_classifier else -c.vocab_size
+    out.write(struct.pack("<7i", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, vocab, c.seq_len))
+    out.write(source.tensor("tok_embeddings").tobytes())
+    for name in LAYER_TENSORS:
+        for layer in range(c.n_layers):
+            out.write(source.tensor(name, layer).tobytes())
+    out.write(source.tensor("norm").tobytes())
+    out.write(bytes(4 * c.seq_len * c.head_size))  # two unused RoPE tables (cos, sin)
+    if not c.shared_classifier:
+        out.write(source.tensor("output").tobytes())
+
+
+def write_v1(source, out):
+    c = source.config
+    out.write(header_v1(c, 1))
+    for name in ("attention_norm", "ffn_norm"):
+        for layer in range(c.n_layers):
+            out.write(source.tensor(name, layer).tobytes())
+    out.write(source.tensor("norm").tobytes())
+    out.write(source.tensor("tok_embeddings").tobytes())
+    for name in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"):
+        for layer in range(c.n_layers):
+            out.write(source.tensor(name, layer).tobytes())
+    if not c.shared_classifier:
+        out.write(source.tensor("output").tobytes())
+
+
+def quantize_q80(w, group_size):
+    """Symmetric int8 per group: scale = max|w|/127, q = w/scale rounded half to even."""
+    np = import_numpy()
+    groups = w.reshape(-1, group_size).astype(np.float32)
+    scale = np.abs(groups).max(axis=1) / np.float32(127.0)
+    divisor = np.where(scale == 0, np.float32(1.0), scale)  # an all-zero group stays 0
+    q = np.clip(np.rint(groups / divisor[:, None]), -127, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def choose_group_size(requested, config):
+    dim, hidden = config.dim, config.hidden_dim
+    if requested > 0 and dim % requested == 0 and hidden % requested == 0:
+        return requested
+    g = 1 << max(0, requested.bit_length() - 1)  # largest power of two <= requested
+    while dim % g or hidden % g:
+        g //= 2
+    note(f"group size {requested} does not divide dim {dim} and hidden_dim {hidden}; using {g}")
+    return g
+
+
+def write_v2(source, out, group_size):
+    c = source.config
+    out.write(header_v1(c, 2, group_size))
+    for name in ("attention_norm", "ffn_norm"):
+        for layer in range(c.n_layers):
+            out.write(source.tensor(name, layer).tobytes())
+    out.write(source.tensor("norm").tobytes())
+
+    def put(w):
+        q, scale = quantize_q80(w, group_size)
+        out.write(q.tobytes())
+        out.write(scale.tobytes())
+
+    put(source.tensor("tok_embeddings"))
+    for name in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"):
+        for layer in range(c.n_layers):
+            put(source.tensor(name, layer))
+    if not c.shared_classifier:
+        put(source.tensor("output"))
+
+
+def export_model(source, out, version, group_size):
+    if version == 0:
+        write_v0(source, out)
+    elif version == 1:
+        write_v1(source, out)
+    else:
+        group_size = choose_group_size(group_size, source.config)
+        write_v2(source, out, group_size)
+        return f"version 2 (group size {group_size}), {source.config}"
+    return f"version {version}, {source.config}"
+
+
+# ===========================================================================
+# Command line
+
+def write_atomically(path, write):
+    """Call write(file) on a temporary file, renamed to path only on success."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            result = write(f)
+        os.replace(tmp, path)
+        return result
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Export models and tokenizers to the files run.c reads.",
+        epilog="Examples are at the head of export.py.")
+    parser.add_argument("out", help="output file")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama/Mistral model folder")
+    source.add_argument("--meta", metavar="DIR", help="Meta params.json + consolidated.*.pth folder (torch)")
+    source.add_argument("--checkpoint", metavar="FILE", help="llama2.c training checkpoint ckpt.pt (torch)")
+    source.add_argument("--bin", metavar="FILE", help="a checkpoint run.c reads (version 0, 1 or 2)")
+    source.add_argument("--tokenizer", metavar="FILE", help="tokenizer.model or tokenizer.json")
+    parser.add_argument("--version", type=int, choices=(0, 1, 2), default=1,
+                        help="output checkpoint version (default 1)")
+    parser.add_argument("--group-size", type=int, default=64, help="version 2 group size (default 64)")
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help="sequence length to record (default: the model's; 4096 for --meta)")
+    args = parser.parse_args(argv)
+    if args.group_size <= 0:
+        parser.error("--group-size must be positive")
+
+    try:
+        if args.tokenizer:
+            what = write_atomically(args.out, lambda f: export_tokenizer(args.tokenizer, f))
+        else:
+            if args.hf:
+                src = HuggingFaceSource(args.hf, args.seq_len)
+            elif args.meta:
+                src = MetaSource(args.meta, args.seq_len)
+            elif args.checkpoint:
+                src = TrainingCheckpointSource(args.checkpoint, args.seq_len)
+            else:
+                src = BinSource(args.bin, args.seq_len)
+            what = write_atomically(args.out, lambda f: export_model(src, f, args.version, args.group_size))
+    except ExportError as e:
+        print(f"export.py: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"export.py: error: {e}", file=sys.stderr)
+        return 1
+    note(f"wrote {args.out}: {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

