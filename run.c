@@ -17,6 +17,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -32,6 +33,9 @@
 #include <immintrin.h>
 #endif
 
+/* Fuzzers set this to get control back from fail() instead of an exit. */
+static jmp_buf *fail_jump;
+
 /* Every error ends up here: one line on stderr, then a non-zero exit. */
 static void fail(const char *fmt, ...) {
     va_list ap;
@@ -40,6 +44,7 @@ static void fail(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    if (fail_jump) longjmp(*fail_jump, 1);
     exit(1);
 }
 
