@@ -374,6 +374,28 @@ static void split_range(int n, int part, int n_parts, int align, int *begin, int
     if (*begin > n) *begin = n;
 }
 
+/* Reads one byte of every page of the checkpoint, in parallel. */
+static void touch_pages_task(void *ctx, int part, int n_parts) {
+    const Checkpoint *ck = ctx;
+    size_t pages = (ck->file_size + 4095) / 4096;
+    volatile uint8_t sink = 0;
+    for (size_t p = pages * part / n_parts; p < pages * (part + 1) / n_parts; p++) sink ^= ck->data[p * 4096];
+    (void)sink;
+}
+
+/* Brings the whole checkpoint into memory before the first token, so that the
+   speed of the prompt is not the speed of page faults: the kernel maps the
+   file in one call, then a read of each page settles it (on virtual machines
+   the first read of a page can cost microseconds). */
+static void prefault_checkpoint(const Checkpoint *ck) {
+#ifdef MADV_POPULATE_READ
+    madvise((void *)ck->data, ck->file_size, MADV_POPULATE_READ);
+#else
+    madvise((void *)ck->data, ck->file_size, MADV_WILLNEED);
+#endif
+    parallel_for(touch_pages_task, (void *)ck);
+}
+
 /* ------------------------------------------------------------------------- */
 /* Run state: every buffer forward() needs, allocated once                    */
 
@@ -401,7 +423,8 @@ typedef struct {
     float *rope_cos;    /* [seq_len][head_size / 2] */
     float *rope_sin;
     QuantizedVector xq; /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
-    float *x_t;         /* batched fp32 matmul: the input transposed [widest][MAX_BATCH] */
+    float *x_t;         /* batched matmul: the input (or int8 scales) transposed [widest][MAX_BATCH] */
+    uint8_t *xu_t;      /* batched int8 matmul: the input + 128, by 4 bytes per token [widest][MAX_BATCH] */
     float *out_t;       /* and the output before transposing back [widest][MAX_BATCH] */
 } RunState;
 
@@ -423,6 +446,7 @@ static void init_run_state(RunState *s, const Config *c) {
     s->xq.q = xcalloc(MAX_BATCH * widest, 1);
     s->xq.scale = xcalloc(MAX_BATCH * widest, sizeof(float));
     s->x_t = xcalloc(MAX_BATCH * widest, sizeof(float));
+    s->xu_t = xcalloc(MAX_BATCH * widest, 1);
     s->out_t = xcalloc(MAX_BATCH * widest, sizeof(float));
     /* RoPE angles depend only on position and pair index: compute them once,
        with the same float expression as llama2.c so results match bit for bit */
@@ -441,7 +465,7 @@ static void init_run_state(RunState *s, const Config *c) {
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q);
     free(s->att); free(s->logits); free(s->key_cache); free(s->value_cache);
-    free(s->xq.q); free(s->xq.scale); free(s->x_t); free(s->out_t);
+    free(s->xq.q); free(s->xq.scale); free(s->x_t); free(s->xu_t); free(s->out_t);
     free(s->rope_cos); free(s->rope_sin);
 }
 
@@ -660,17 +684,34 @@ static void matmul_tokens_simd(float *out, size_t out_stride, float *out_t, cons
         for (int i = begin; i < end; i++) out[t * out_stride + i] = out_t[(size_t)i * width + t];
 }
 
-/* Sums each of 16 vectors of int32; lane r of the result is the sum of v[r]. */
-static inline __m512i reduce16_epi32(__m512i v[16]) {
-    __m512i s[8], t[4];
+/* Partial sums of 16 vectors of int32: in 128-bit lane L of t[k], the sums of
+   the four 32-bit values in lane L of v[4k], v[4k+1], v[4k+2], v[4k+3]. */
+static inline void reduce16_lanes(const __m512i v[16], __m512i t[4]) {
+    __m512i s[8];
     for (int k = 0; k < 8; k++)
         s[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
     for (int k = 0; k < 4; k++)
         t[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]), _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
-    /* t[k], 128-bit lane L, holds the lane-L partial sums of v[4k..4k+3] */
+}
+
+/* Lane r of the result: the sum of all 16 values of v[r]. */
+static inline __m512i reduce16_epi32(const __m512i v[16]) {
+    __m512i t[4];
+    reduce16_lanes(v, t);
     __m512i a = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x44), _mm512_shuffle_i32x4(t[0], t[1], 0xEE));
     __m512i b = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x44), _mm512_shuffle_i32x4(t[2], t[3], 0xEE));
     return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
+}
+
+/* The same for the two halves of each v[r] apart: lane r of *lo sums values
+   0..7 of v[r], lane r of *hi values 8..15. */
+static inline void reduce16_halves_epi32(const __m512i v[16], __m512i *lo, __m512i *hi) {
+    __m512i t[4];
+    reduce16_lanes(v, t);
+    __m512i a = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x88), _mm512_shuffle_i32x4(t[0], t[1], 0xDD));
+    __m512i b = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x88), _mm512_shuffle_i32x4(t[2], t[3], 0xDD));
+    *lo = _mm512_shuffle_i32x4(a, b, 0x88);
+    *hi = _mm512_shuffle_i32x4(a, b, 0xDD);
 }
 
 /* int8 dot products of 64 bytes into 16 int32 partial sums. */
@@ -688,36 +729,117 @@ static inline __m512i dot64_epi8(__m512i acc, __m512i w, __m512i x) {
 #endif
 }
 
-/* matvec_q8_plain for group sizes that are a multiple of 64, 16 rows at a time:
+/* val += ival * (16 rows' scales of group g) * input scale, in the plain order. */
+static inline __m512 add_group(__m512 val, __m512i ival, const float *block_scale, __m512i scale_index, int g, float xs) {
+    __m512 ws = _mm512_i32gather_ps(_mm512_add_epi32(scale_index, _mm512_set1_epi32(g)), block_scale, 4);
+    return _mm512_add_ps(val, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ival), ws), _mm512_set1_ps(xs)));
+}
+
+/* matvec_q8_plain, 16 rows at a time, for group sizes 32 and multiples of 64:
    integer sums are exact in any order, and the float sum over groups runs in
    the plain kernel's order, one row per lane. */
 static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                            int begin, int end) {
     int i = begin, groups = n / group_size;
-    if (group_size % 64 == 0) {
+    if (group_size % 64 == 0 || group_size == 32) {
         __m512i scale_index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                  _mm512_set1_epi32(groups));
         for (; i + 16 <= end; i += 16) {
             const int8_t *block = w->q + (size_t)i * n;
             const float *block_scale = w->scale + (size_t)i * groups;
             __m512 val = _mm512_setzero_ps();
-            for (int g = 0; g < groups; g++) {
-                __m512i sums[16];
-                for (int r = 0; r < 16; r++) {
-                    __m512i acc = _mm512_setzero_si512();
-                    for (int k = g * group_size; k < (g + 1) * group_size; k += 64)
-                        acc = dot64_epi8(acc, _mm512_loadu_si512(block + (size_t)r * n + k), _mm512_loadu_si512(xq + k));
-                    sums[r] = acc;
+            __m512i sums[16];
+            if (group_size == 32) { /* one 64-byte load covers groups g and g + 1 */
+                for (int g = 0; g < groups; g += 2) {
+                    __mmask64 m = g + 1 < groups ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFF;
+                    __m512i x = _mm512_maskz_loadu_epi8(m, xq + g * 32);
+                    for (int r = 0; r < 16; r++)
+                        sums[r] = dot64_epi8(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, block + (size_t)r * n + g * 32), x);
+                    __m512i lo, hi;
+                    reduce16_halves_epi32(sums, &lo, &hi);
+                    val = add_group(val, lo, block_scale, scale_index, g, xs[g]);
+                    if (g + 1 < groups) val = add_group(val, hi, block_scale, scale_index, g + 1, xs[g + 1]);
                 }
-                __m512 ival = _mm512_cvtepi32_ps(reduce16_epi32(sums));
-                __m512 ws = _mm512_i32gather_ps(_mm512_add_epi32(scale_index, _mm512_set1_epi32(g)), block_scale, 4);
-                val = _mm512_add_ps(val, _mm512_mul_ps(_mm512_mul_ps(ival, ws), _mm512_set1_ps(xs[g])));
+            } else {
+                for (int g = 0; g < groups; g++) {
+                    for (int r = 0; r < 16; r++) {
+                        __m512i acc = _mm512_setzero_si512();
+                        for (int k = g * group_size; k < (g + 1) * group_size; k += 64)
+                            acc = dot64_epi8(acc, _mm512_loadu_si512(block + (size_t)r * n + k), _mm512_loadu_si512(xq + k));
+                        sums[r] = acc;
+                    }
+                    val = add_group(val, reduce16_epi32(sums), block_scale, scale_index, g, xs[g]);
+                }
             }
             _mm512_storeu_ps(out + i, val);
         }
     }
     matvec_q8_plain(out, xq, xs, w, n, group_size, i, end);
 }
+
+#if defined(__AVX512VNNI__)
+#define HAVE_Q8_TOKENS 1
+/* Batched int8 matvec with one token per lane, for group sizes that are a
+   multiple of 4: out_t[i][t] = W[i] . x[t]. The inputs come as x + 128
+   (unsigned, so vpdpbusd can take them), four bytes of 16 tokens per vector:
+   xu_t[j / 4][t][j % 4]; their scales as xs_t[g][t]. Subtracting 128 * sum(w)
+   per group leaves the exact integer dot product; the float sum over groups
+   runs in the plain kernel's order. R rows by V vectors of 16 tokens. */
+static inline __attribute__((always_inline)) void
+q8_tokens_block(float *out_t, const uint8_t *xu_t, const float *xs_t, const Matrix *w, int n, int group_size,
+                int width, int row, int R, int v0, int V) {
+    int groups = n / group_size;
+    __m512 val[4][2];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) val[r][v] = _mm512_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        __m512i acc[4][2];
+        int32_t w_sum[4] = {0};
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
+        for (int j = g * group_size; j < (g + 1) * group_size; j += 4) {
+            __m512i x[2];
+            for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xu_t + ((size_t)(j / 4) * width + 16 * (v0 + v)) * 4);
+            for (int r = 0; r < R; r++) {
+                int32_t four;
+                memcpy(&four, w->q + (size_t)(row + r) * n + j, 4);
+                __m512i wb = _mm512_set1_epi32(four);
+                for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], x[v], wb);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const int8_t *wg = w->q + (size_t)(row + r) * n + (size_t)g * group_size;
+            for (int k = 0; k < group_size; k++) w_sum[r] += wg[k];
+            __m512i correction = _mm512_set1_epi32(128 * w_sum[r]);
+            __m512 ws = _mm512_set1_ps(w->scale[(size_t)(row + r) * groups + g]);
+            for (int v = 0; v < V; v++) {
+                __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], correction));
+                __m512 x_scale = _mm512_loadu_ps(xs_t + (size_t)g * width + 16 * (v0 + v));
+                val[r][v] = _mm512_add_ps(val[r][v], _mm512_mul_ps(_mm512_mul_ps(ival, ws), x_scale));
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
+}
+
+static void matmul_q8_tokens_simd(float *out, size_t out_stride, float *out_t, const uint8_t *xu_t, const float *xs_t,
+                                  const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    int width = (T + 15) / 16 * 16;
+    for (int v0 = 0; v0 < width / 16; v0 += 2) {
+        int i = begin;
+        if (v0 + 2 <= width / 16) {
+            for (; i + 4 <= end; i += 4) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 4, v0, 2);
+            for (; i < end; i++) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 1, v0, 2);
+        } else {
+            for (; i + 4 <= end; i += 4) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 4, v0, 1);
+            for (; i < end; i++) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 1, v0, 1);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int i = begin; i < end; i++) out[t * out_stride + i] = out_t[(size_t)i * width + t];
+}
+#endif
 #endif
 
 /* The kernels forward() uses: the fast ones when the CPU has them. */
@@ -755,7 +877,14 @@ static void matmul_task(void *ctx, int part, int n_parts) {
     int begin, end;
     split_range(job->d, part, n_parts, 16, &begin, &end);
     if (job->w->q) {
-        /* each thread's rows stay in cache while every token passes them */
+#ifdef HAVE_Q8_TOKENS
+        if (job->T > 1 && job->group_size % 4 == 0) {
+            RunState *s = job->s;
+            matmul_q8_tokens_simd(job->out, job->out_stride, s->out_t, s->xu_t, s->x_t, job->w, job->n,
+                                  job->group_size, job->T, begin, end);
+            return;
+        }
+#endif
         int groups = job->n / job->group_size;
         for (int t = 0; t < job->T; t++)
             matvec_q8(job->out + t * job->out_stride, job->s->xq.q + (size_t)t * job->n,
@@ -778,6 +907,16 @@ static void matmul(RunState *s, float *out, size_t out_stride, const float *x, c
     if (w->q) {
         for (int t = 0; t < T; t++)
             quantize(s->xq.q + (size_t)t * n, s->xq.scale + (size_t)t * (n / group_size), x + (size_t)t * n, n, group_size);
+#ifdef HAVE_Q8_TOKENS
+        if (T > 1 && group_size % 4 == 0) { /* the layout of matmul_q8_tokens_simd */
+            int width = (T + 15) / 16 * 16, groups = n / group_size;
+            for (int j = 0; j < n; j++)
+                for (int t = 0; t < width; t++)
+                    s->xu_t[((size_t)(j / 4) * width + t) * 4 + j % 4] = (uint8_t)((t < T ? s->xq.q[(size_t)t * n + j] : 0) + 128);
+            for (int g = 0; g < groups; g++)
+                for (int t = 0; t < width; t++) s->x_t[(size_t)g * width + t] = t < T ? s->xq.scale[(size_t)t * groups + g] : 0.0f;
+        }
+#endif
     }
 #ifdef HAVE_SIMD
     else if (T > 1) {
@@ -835,9 +974,10 @@ static void attention_task(void *ctx, int part, int n_parts) {
 /* forward(): tokens in, logits over the vocabulary out                       */
 
 /* Runs tokens[0..T) at positions pos..pos+T-1 (T <= MAX_BATCH) through the
-   model and returns the logits of the last one. Each token's arithmetic is the
-   same as if it ran alone; together, each weight is read once per batch. */
-static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens, int T, int pos) {
+   model and, when asked, returns the logits of the last one. Each token's
+   arithmetic is the same as if it ran alone; together, each weight is read once
+   per batch instead of once per token. */
+static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens, int T, int pos, int want_logits) {
     const Config *c = &ck->config;
     const Weights *w = &ck->weights;
     int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
@@ -875,6 +1015,7 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
         matmul(s, s->xb, dim, s->hb, &w->w2[l], hidden_dim, dim, T, gs);
         add(s->x, s->xb, T * dim);
     }
+    if (!want_logits) return NULL;
 
     float *last = s->x + (size_t)(T - 1) * dim;
     rmsnorm(last, last, w->rms_final, dim, c->norm_eps);
@@ -884,14 +1025,16 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
 
 /* One token at one position. */
 static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
-    return forward_batch(ck, s, &token, 1, pos);
+    return forward_batch(ck, s, &token, 1, pos, 1);
 }
 
 /* Any number of tokens from position pos on, in batches; the last one's logits. */
 static float *forward_tokens(const Checkpoint *ck, RunState *s, const int *tokens, int n, int pos) {
     float *logits = NULL;
-    for (int done = 0; done < n; done += MAX_BATCH)
-        logits = forward_batch(ck, s, tokens + done, n - done < MAX_BATCH ? n - done : MAX_BATCH, pos + done);
+    for (int done = 0; done < n; done += MAX_BATCH) {
+        int batch = n - done < MAX_BATCH ? n - done : MAX_BATCH;
+        logits = forward_batch(ck, s, tokens + done, batch, pos + done, done + batch == n);
+    }
     return logits;
 }
 
@@ -1528,6 +1671,7 @@ int main(int argc, char **argv) {
         if (steps == 0 || steps > ck.config.seq_len) steps = ck.config.seq_len;
         if (threads == 0) threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
         start_threads((int)threads);
+        prefault_checkpoint(&ck);
         RunState state;
         init_run_state(&state, &ck.config);
         Sampler sampler = {ck.config.vocab_size, temperature, topp,

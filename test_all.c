@@ -153,7 +153,8 @@ static void test_quantize(void) {
 }
 
 static void test_fast_matvec_q8(void) {
-    static const int shapes[][3] = {{64, 16, 64}, {256, 35, 64}, {384, 33, 128}, {64, 40, 4}, {48, 17, 16}};
+    static const int shapes[][3] = {{64, 16, 64}, {256, 35, 64}, {384, 33, 128}, {64, 40, 4}, {48, 17, 16},
+                                    {288, 20, 32}, {96, 16, 32}, {32, 16, 32}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int n = shapes[k][0], d = shapes[k][1], gs = shapes[k][2];
         int8_t *wq = malloc((size_t)d * n), *xq = malloc(n);
@@ -169,31 +170,46 @@ static void test_fast_matvec_q8(void) {
     }
 }
 
-/* Batched matmul over T tokens, on 1 and 2 threads, against per-token plain matvecs. */
+/* Batched matmul over T tokens, fp32 and int8, on 1 and 2 threads, against
+   per-token plain matvecs. */
 static void test_batched_matmul(void) {
-    Config c = {.dim = 96, .hidden_dim = 200, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+    Config c = {.dim = 96, .hidden_dim = 192, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
                 .vocab_size = 4, .seq_len = 8, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
-    int n = 200, d = 96;
+    int n = 192, d = 37;
     float *w = random_tensor((size_t)d * n, 1, 0), *x = random_tensor((size_t)MAX_BATCH * n, 1, 0);
+    int8_t *wq = malloc((size_t)d * n), *xq = malloc(n);
+    float *ws = random_tensor((size_t)d * n / 4, 0.01f, 0.02f), *xs = malloc(n / 4 * sizeof(float));
+    for (int i = 0; i < d * n; i++) wq[i] = (int8_t)(lcg_uniform() * 128);
     float *plain = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast = calloc((size_t)MAX_BATCH * d, sizeof(float));
-    Matrix m = {w, NULL, NULL};
     static const int batch[] = {1, 5, 16, 17, 40, MAX_BATCH};
+    static const int group_sizes[] = {0, 4, 32, 64}; /* 0: fp32 */
     for (int threads = 1; threads <= 2; threads++) {
         start_threads(threads);
         RunState s;
         init_run_state(&s, &c);
         for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++) {
-            int T = batch[k];
-            for (int t = 0; t < T; t++) matvec_plain(plain + t * d, x + t * n, w, n, n, 0, d);
-            memset(fast, 0, (size_t)MAX_BATCH * d * sizeof(float));
-            matmul(&s, fast, d, x, &m, n, d, T, 0);
-            check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0,
-                  "batched matmul of %d tokens on %d threads differs from per-token matvecs", T, threads);
+            for (size_t g = 0; g < sizeof group_sizes / sizeof group_sizes[0]; g++) {
+                int T = batch[k], gs = group_sizes[g];
+                Matrix m = gs ? (Matrix){NULL, wq, ws} : (Matrix){w, NULL, NULL};
+                for (int t = 0; t < T; t++) {
+                    if (gs == 0) {
+                        matvec_plain(plain + t * d, x + t * n, w, n, n, 0, d);
+                    } else {
+                        quantize(xq, xs, x + t * n, n, gs);
+                        matvec_q8_plain(plain + t * d, xq, xs, &m, n, gs, 0, d);
+                    }
+                }
+                memset(fast, 0, (size_t)MAX_BATCH * d * sizeof(float));
+                matmul(&s, fast, d, x, &m, n, d, T, gs);
+                check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0,
+                      "batched matmul of %d tokens (group size %d, 0 = fp32) on %d threads differs from per-token matvecs",
+                      T, gs, threads);
+            }
         }
         free_run_state(&s);
         stop_threads();
     }
-    free(w), free(x), free(plain), free(fast);
+    free(w), free(x), free(wq), free(xq), free(ws), free(xs), free(plain), free(fast);
 }
 
 static void test_rope(void) {
