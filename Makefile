@@ -2,6 +2,7 @@
 # make test           build and run the test suite (test_all.c)
 # make test-sanitize  the same suite, built with AddressSanitizer and UBSan
 # make run PLAIN=1    only the plain sequential kernels (same output, slower)
+# make bench          speed and memory on three model shapes (needs ../shared)
 CC ?= cc
 CFLAGS ?= -O3 -march=native
 # -ffp-contract=off: no fused multiply-add, so float results follow the source
@@ -34,7 +35,10 @@ test_all_sanitize: test_all.c run.c
 test-sanitize: run_sanitize test_all_sanitize
 	RUN=./run_sanitize ./test_all_sanitize
 
+bench: run
+	python3 bench.py
+
 clean:
 	rm -f run test_all run_sanitize test_all_sanitize
 
-.PHONY: test test-sanitize clean
+.PHONY: test test-sanitize bench clean
