@@ -345,6 +345,7 @@ static void run_task(Task task, void *ctx, double work) {
 
 static void start_threads(int n) {
     pool.n_threads = n;
+    if (n == 1) return;
     atomic_store(&pool.generation, 0); /* each worker starts having seen generation 0 */
     pool.workers = xcalloc(n, sizeof(pthread_t));
     for (int i = 1; i < n; i++)

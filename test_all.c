@@ -904,7 +904,7 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
     RunResult r;
     /* the model's context is 32: a longer prompt is cut to fit, with a note */
     char long_prompt[200] = "";
-    for (int i = 0; i < 40; i++) snprintf(long_prompt + strlen(long_prompt), 8, " %d", i);
+    for (int i = 0; i < 40; i++) sprintf(long_prompt + strlen(long_prompt), " %d", i % 100);
     run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-i", long_prompt, NULL);
     check(r.status == 0 && strstr(r.err, "keeping the first 32"), "long prompt: %d %s", r.status, r.err);
     run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", NULL);
