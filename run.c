@@ -442,8 +442,11 @@ static void init_run_state(RunState *s, const Config *c) {
     s->q = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
     s->att = xcalloc((size_t)pool.n_threads * c->seq_len, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
-    s->key_cache = xcalloc(cache, sizeof(float));
-    s->value_cache = xcalloc(cache, sizeof(float));
+    /* written now, so that the first tokens do not pay for the pages' first touch */
+    s->key_cache = xmalloc(cache * sizeof(float));
+    s->value_cache = xmalloc(cache * sizeof(float));
+    memset(s->key_cache, 0, cache * sizeof(float));
+    memset(s->value_cache, 0, cache * sizeof(float));
     s->xq.q = xcalloc(MAX_BATCH * widest, 1);
     s->xq.scale = xcalloc(MAX_BATCH * widest, sizeof(float));
     s->x_t = xcalloc(MAX_BATCH * widest, sizeof(float));
@@ -614,6 +617,25 @@ static inline void transpose16(__m512 r[16]) {
     }
 }
 
+/* dst[c * dst_stride + r] = src[r * src_stride + c] for a rows x cols block, by
+   16x16 tiles. */
+static void transpose(float *dst, size_t dst_stride, const float *src, size_t src_stride, int rows, int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        for (int c0 = 0; c0 < cols; c0 += 16) {
+            int nr = rows - r0 < 16 ? rows - r0 : 16, nc = cols - c0 < 16 ? cols - c0 : 16;
+            __mmask16 col_mask = (__mmask16)((1u << nc) - 1), row_mask = (__mmask16)((1u << nr) - 1);
+            __m512 t[16];
+            for (int k = 0; k < 16; k++)
+                t[k] = k < nr ? _mm512_maskz_loadu_ps(col_mask, src + (r0 + k) * src_stride + c0) : _mm512_setzero_ps();
+            transpose16(t);
+            for (int k = 0; k < nc; k++) {
+                if (nr == 16) _mm512_storeu_ps(dst + (c0 + k) * dst_stride + r0, t[k]); /* masked stores are slow on some CPUs */
+                else _mm512_mask_storeu_ps(dst + (c0 + k) * dst_stride + r0, row_mask, t[k]);
+            }
+        }
+    }
+}
+
 /* matvec_plain, 16 rows at a time: blocks of 16x16 weights are transposed so
    that lane r accumulates row r's products in column order. */
 static void matvec_simd(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end) {
@@ -646,7 +668,7 @@ static void matvec_simd(float *out, const float *x, const float *w, int n, size_
    accumulators; columns [jb, je) are added to what out_t holds (zero if jb == 0). */
 static inline __attribute__((always_inline)) void
 tokens_block(float *out_t, const float *x_t, const float *w, int n, int width, int row, int R, int V, int jb, int je) {
-    __m512 acc[4][4];
+    __m512 acc[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++)
             acc[r][v] = jb == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out_t + (size_t)(row + r) * width + 16 * v);
@@ -666,7 +688,7 @@ static void matmul_tokens_rows(float *out_t, const float *x_t, const float *w, i
     /* a block of columns of x_t stays in cache while every row uses it */
     for (int jb = 0; jb < n; jb += 256) {
         int je = jb + 256 < n ? jb + 256 : n, i = begin;
-        for (; i + 4 <= end; i += 4) tokens_block(out_t, x_t, w, n, width, i, 4, V, jb, je);
+        for (; i + 6 <= end; i += 6) tokens_block(out_t, x_t, w, n, width, i, 6, V, jb, je);
         for (; i < end; i++) tokens_block(out_t, x_t, w, n, width, i, 1, V, jb, je);
     }
 }
@@ -681,8 +703,7 @@ static void matmul_tokens_simd(float *out, size_t out_stride, float *out_t, cons
     case 3: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 3); break;
     default: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 4); break;
     }
-    for (int t = 0; t < T; t++)
-        for (int i = begin; i < end; i++) out[t * out_stride + i] = out_t[(size_t)i * width + t];
+    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
 
 /* Partial sums of 16 vectors of int32: in 128-bit lane L of t[k], the sums of
@@ -837,8 +858,7 @@ static void matmul_q8_tokens_simd(float *out, size_t out_stride, float *out_t, c
             for (; i < end; i++) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 1, v0, 1);
         }
     }
-    for (int t = 0; t < T; t++)
-        for (int i = begin; i < end; i++) out[t * out_stride + i] = out_t[(size_t)i * width + t];
+    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
 #endif
 #endif
@@ -920,14 +940,25 @@ static void matmul(RunState *s, float *out, size_t out_stride, const float *x, c
 #endif
     }
 #ifdef HAVE_SIMD
-    else if (T > 1) {
-        int width = (T + 15) / 16 * 16;
-        for (int j = 0; j < n; j++)
-            for (int t = 0; t < width; t++) s->x_t[(size_t)j * width + t] = t < T ? x[(size_t)t * n + j] : 0.0f;
+    else if (T > 1) { /* lanes past T hold stale values: their outputs are never read */
+        transpose(s->x_t, (T + 15) / 16 * 16, x, n, T, n);
     }
 #endif
     MatmulJob job = {s, out, out_stride, x, w, n, d, T, group_size};
     run_task(matmul_task, &job, (double)n * d * T);
+}
+
+typedef struct {
+    float *hb;
+    const float *hb2;
+    int n;
+} SwigluJob;
+
+static void swiglu_task(void *ctx, int part, int n_parts) {
+    SwigluJob *job = ctx;
+    int begin, end;
+    split_range(job->n, part, n_parts, 16, &begin, &end);
+    swiglu(job->hb + begin, job->hb2 + begin, end - begin);
 }
 
 typedef struct {
@@ -1012,7 +1043,8 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
             rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
         matmul(s, s->hb, hidden_dim, s->xb, &w->w1[l], dim, hidden_dim, T, gs);
         matmul(s, s->hb2, hidden_dim, s->xb, &w->w3[l], dim, hidden_dim, T, gs);
-        swiglu(s->hb, s->hb2, T * hidden_dim);
+        SwigluJob swiglu_job = {s->hb, s->hb2, T * hidden_dim};
+        run_task(swiglu_task, &swiglu_job, 20.0 * T * hidden_dim); /* an expf costs ~20 multiply-adds */
         matmul(s, s->xb, dim, s->hb, &w->w2[l], hidden_dim, dim, T, gs);
         add(s->x, s->xb, T * dim);
     }
