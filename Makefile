@@ -1,3 +1,4 @@
+# make demo           build ./run and let the model in demo/ tell a story
 # make                build ./run
 # make test           build and run the test suite (test_all.c)
 # make test-sanitize  the same suite, built with AddressSanitizer and UBSan
@@ -35,10 +36,14 @@ test_all_sanitize: test_all.c run.c
 test-sanitize: run_sanitize test_all_sanitize
 	RUN=./run_sanitize ./test_all_sanitize
 
+demo: run
+	./run demo/model.bin -z demo/tokenizer.bin -t 0 -n 200 -i "Once upon a time"
+	./run demo/model.bin -z demo/tokenizer.bin -t 0.8 -s 42 -n 200 -i "Once upon a time"
+
 bench: run
 	python3 bench.py
 
 clean:
 	rm -f run test_all run_sanitize test_all_sanitize
 
-.PHONY: test test-sanitize bench clean
+.PHONY: test test-sanitize demo bench clean

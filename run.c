@@ -1516,6 +1516,7 @@ static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Samp
         }
     }
     printf("\n");
+    fflush(stdout);
     report_speed(n_prompt <= steps ? n_prompt : 0, prompt_done - start, generated, now_seconds() - prompt_done);
     free(prompt_tokens);
 }

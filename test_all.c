@@ -932,6 +932,53 @@ static void test_shared_versions(void) {
           "aidreams260K v0 and v1 give the same text");
 }
 
+/* The demo model shipped in demo/: run.c's logits on a fixed prompt against
+   PyTorch's, stored by demo/train.py in demo/logits_fixture.txt (a comment line
+   with the command that made it, "ids: ...", then one line of logits per
+   position). */
+static void test_demo_model(void) {
+    FILE *f = fopen("demo/logits_fixture.txt", "r");
+    if (!f) {
+        check(0, "demo/logits_fixture.txt is missing");
+        return;
+    }
+    static char line[1 << 20];
+    int ids[256], n = 0;
+    if (!fgets(line, sizeof line, f) || !fgets(line, sizeof line, f) || strncmp(line, "ids:", 4) != 0) {
+        check(0, "demo/logits_fixture.txt: no ids line");
+        fclose(f);
+        return;
+    }
+    for (char *p = line + 4, *end; n < 256; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        ids[n++] = (int)v;
+    }
+    Checkpoint ck;
+    open_checkpoint(&ck, "demo/model.bin");
+    RunState s;
+    init_run_state(&s, &ck.config);
+    double worst = 0;
+    int rows = 0;
+    for (int pos = 0; pos < n && fgets(line, sizeof line, f); pos++, rows++) {
+        float *logits = forward(&ck, &s, ids[pos], pos);
+        char *p = line, *end;
+        for (int i = 0; i < ck.config.vocab_size; i++, p = end) {
+            double want = strtod(p, &end);
+            if (end == p) {
+                worst = INFINITY;
+                break;
+            }
+            worst = fmax(worst, fabs(logits[i] - want));
+        }
+    }
+    fclose(f);
+    check(rows == n && n > 1 && worst < 1e-4, "demo model: %d of %d positions, logits off PyTorch's by %g", rows, n, worst);
+    printf("demo model: %d positions, largest logit difference from PyTorch %.2g\n", rows, worst);
+    free_run_state(&s);
+    close_checkpoint(&ck);
+}
+
 /* Runs a Python test script; its last line is "N passed, M failed". */
 static void run_python_suite(const char *python, const char *script, const char *args) {
     char cmd[8192], line[512] = "", buf[512];
@@ -985,6 +1032,8 @@ int main(void) {
     test_generate_limits(model, tokenizer);
     unlink(model), unlink(tokenizer), free(model), free(tokenizer), free(v0.data), free(tb.data);
     free_tiny(&m);
+
+    test_demo_model();
 
     /* export.py, checked against an independent numpy forward pass; needs numpy */
     const char *run = getenv("RUN") ? getenv("RUN") : "./run"; /* the binary the scripts run */
