@@ -425,7 +425,9 @@ typedef struct {
     float *rope_sin;
     QuantizedVector xq; /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
     float *x_t;         /* batched matmul: the input (or int8 scales) transposed [widest][MAX_BATCH] */
-    uint8_t *xu_t;      /* batched int8 matmul: the input + 128, by 4 bytes per token [widest][MAX_BATCH] */
+    int8_t *xq_t;       /* batched int8 matmul: the input by 4 bytes per token [widest][MAX_BATCH] */
+    int32_t *x_sum;     /* and its sums per group [MAX_BATCH][widest / 4] */
+    int32_t *x_sum_t;   /* transposed [widest / 4][MAX_BATCH] */
     float *out_t;       /* and the output before transposing back [widest][MAX_BATCH] */
 } RunState;
 
@@ -450,7 +452,9 @@ static void init_run_state(RunState *s, const Config *c) {
     s->xq.q = xcalloc(MAX_BATCH * widest, 1);
     s->xq.scale = xcalloc(MAX_BATCH * widest, sizeof(float));
     s->x_t = xcalloc(MAX_BATCH * widest, sizeof(float));
-    s->xu_t = xcalloc(MAX_BATCH * widest, 1);
+    s->xq_t = xcalloc(MAX_BATCH * widest, 1);
+    s->x_sum = xcalloc(MAX_BATCH * widest / 4 + 1, sizeof(int32_t));
+    s->x_sum_t = xcalloc(MAX_BATCH * widest / 4 + 1, sizeof(int32_t));
     s->out_t = xcalloc(MAX_BATCH * widest, sizeof(float));
     /* RoPE angles depend only on position and pair index: compute them once,
        with the same float expression as llama2.c so results match bit for bit */
@@ -469,7 +473,7 @@ static void init_run_state(RunState *s, const Config *c) {
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q);
     free(s->att); free(s->logits); free(s->key_cache); free(s->value_cache);
-    free(s->xq.q); free(s->xq.scale); free(s->x_t); free(s->xu_t); free(s->out_t);
+    free(s->xq.q); free(s->xq.scale); free(s->x_t); free(s->xq_t); free(s->x_sum); free(s->x_sum_t); free(s->out_t);
     free(s->rope_cos); free(s->rope_sin);
 }
 
@@ -522,7 +526,13 @@ static void quantize(int8_t *q, float *scale, const float *x, int n, int group_s
         }
         float s = max_abs / 127.0f;
         scale[g] = s;
-        for (int i = 0; i < group_size; i++) q[g * group_size + i] = s > 0 ? (int8_t)roundf(group[i] / s) : 0;
+        for (int i = 0; i < group_size; i++) {
+            /* roundf (half away from zero), written so that it vectorizes: the
+               fraction v - trunc(v) of a float is exact */
+            float v = s > 0 ? group[i] / s : 0.0f, r = truncf(v);
+            if (fabsf(v - r) >= 0.5f) r += v > 0 ? 1.0f : -1.0f;
+            q[g * group_size + i] = (int8_t)r;
+        }
     }
 }
 
@@ -593,6 +603,10 @@ static void add(float *x, const float *y, int n) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(RUN_PLAIN)
 #define HAVE_SIMD 1
 
+/* The kernels below walk 16 rows at once; the hardware prefetcher keeps up
+   with so many streams better when asked for each a few lines ahead. */
+#define PREFETCH_BYTES 256
+
 /* r[0..15] are 16 rows of 16 floats; afterwards r[m] holds column m. */
 static inline void transpose16(__m512 r[16]) {
     __m512 t[16], u[16];
@@ -646,7 +660,10 @@ static void matvec_simd(float *out, const float *x, const float *w, int n, size_
         int j = 0;
         for (; j + 16 <= n; j += 16) {
             __m512 r[16];
-            for (int k = 0; k < 16; k++) r[k] = _mm512_loadu_ps(block + k * stride + j);
+            for (int k = 0; k < 16; k++) {
+                _mm_prefetch((const char *)(block + k * stride + j) + PREFETCH_BYTES, _MM_HINT_T0);
+                r[k] = _mm512_loadu_ps(block + k * stride + j);
+            }
             transpose16(r);
             for (int c = 0; c < 16; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
         }
@@ -775,8 +792,11 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                 for (int g = 0; g < groups; g += 2) {
                     __mmask64 m = g + 1 < groups ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFF;
                     __m512i x = _mm512_maskz_loadu_epi8(m, xq + g * 32);
-                    for (int r = 0; r < 16; r++)
-                        sums[r] = dot64_epi8(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, block + (size_t)r * n + g * 32), x);
+                    for (int r = 0; r < 16; r++) {
+                        const int8_t *row = block + (size_t)r * n + g * 32;
+                        _mm_prefetch((const char *)(row + PREFETCH_BYTES), _MM_HINT_T0);
+                        sums[r] = dot64_epi8(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, row), x);
+                    }
                     __m512i lo, hi;
                     reduce16_halves_epi32(sums, &lo, &hi);
                     val = add_group(val, lo, block_scale, scale_index, g, xs[g]);
@@ -786,8 +806,11 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                 for (int g = 0; g < groups; g++) {
                     for (int r = 0; r < 16; r++) {
                         __m512i acc = _mm512_setzero_si512();
-                        for (int k = g * group_size; k < (g + 1) * group_size; k += 64)
-                            acc = dot64_epi8(acc, _mm512_loadu_si512(block + (size_t)r * n + k), _mm512_loadu_si512(xq + k));
+                        const int8_t *row = block + (size_t)r * n;
+                        for (int k = g * group_size; k < (g + 1) * group_size; k += 64) {
+                            _mm_prefetch((const char *)(row + k + PREFETCH_BYTES), _MM_HINT_T0);
+                            acc = dot64_epi8(acc, _mm512_loadu_si512(row + k), _mm512_loadu_si512(xq + k));
+                        }
                         sums[r] = acc;
                     }
                     val = add_group(val, reduce16_epi32(sums), block_scale, scale_index, g, xs[g]);
@@ -802,41 +825,40 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
 #if defined(__AVX512VNNI__)
 #define HAVE_Q8_TOKENS 1
 /* Batched int8 matvec with one token per lane, for group sizes that are a
-   multiple of 4: out_t[i][t] = W[i] . x[t]. The inputs come as x + 128
-   (unsigned, so vpdpbusd can take them), four bytes of 16 tokens per vector:
-   xu_t[j / 4][t][j % 4]; their scales as xs_t[g][t]. Subtracting 128 * sum(w)
-   per group leaves the exact integer dot product; the float sum over groups
-   runs in the plain kernel's order. R rows by V vectors of 16 tokens. */
+   multiple of 4: out_t[i][t] = W[i] . x[t]. vpdpbusd multiplies unsigned by
+   signed bytes, so the weights go in as w + 128 and 128 * sum(x) per group and
+   token (x_sum_t[g][t]) is subtracted again: the integer dot products are
+   exact, and the float sum over groups runs in the plain kernel's order. The
+   inputs come four bytes of 16 tokens per vector, xq_t[j / 4][t][j % 4], their
+   scales as xs_t[g][t]. R rows by V vectors of 16 tokens. */
 static inline __attribute__((always_inline)) void
-q8_tokens_block(float *out_t, const uint8_t *xu_t, const float *xs_t, const Matrix *w, int n, int group_size,
-                int width, int row, int R, int v0, int V) {
+q8_tokens_block(float *out_t, const int8_t *xq_t, const float *xs_t, const int32_t *x_sum_t, const Matrix *w, int n,
+                int group_size, int width, int row, int R, int v0, int V) {
     int groups = n / group_size;
-    __m512 val[4][2];
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 val[6][2];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++) val[r][v] = _mm512_setzero_ps();
     for (int g = 0; g < groups; g++) {
-        __m512i acc[4][2];
-        int32_t w_sum[4] = {0};
+        __m512i acc[6][2];
         for (int r = 0; r < R; r++)
             for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
         for (int j = g * group_size; j < (g + 1) * group_size; j += 4) {
             __m512i x[2];
-            for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xu_t + ((size_t)(j / 4) * width + 16 * (v0 + v)) * 4);
+            for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xq_t + ((size_t)(j / 4) * width + 16 * (v0 + v)) * 4);
             for (int r = 0; r < R; r++) {
                 int32_t four;
                 memcpy(&four, w->q + (size_t)(row + r) * n + j, 4);
-                __m512i wb = _mm512_set1_epi32(four);
-                for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], x[v], wb);
+                __m512i w_unsigned = _mm512_xor_si512(_mm512_set1_epi32(four), flip);
+                for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w_unsigned, x[v]);
             }
         }
-        for (int r = 0; r < R; r++) {
-            const int8_t *wg = w->q + (size_t)(row + r) * n + (size_t)g * group_size;
-            for (int k = 0; k < group_size; k++) w_sum[r] += wg[k];
-            __m512i correction = _mm512_set1_epi32(128 * w_sum[r]);
-            __m512 ws = _mm512_set1_ps(w->scale[(size_t)(row + r) * groups + g]);
-            for (int v = 0; v < V; v++) {
+        for (int v = 0; v < V; v++) {
+            __m512i correction = _mm512_slli_epi32(_mm512_loadu_si512(x_sum_t + (size_t)g * width + 16 * (v0 + v)), 7);
+            __m512 x_scale = _mm512_loadu_ps(xs_t + (size_t)g * width + 16 * (v0 + v));
+            for (int r = 0; r < R; r++) {
                 __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], correction));
-                __m512 x_scale = _mm512_loadu_ps(xs_t + (size_t)g * width + 16 * (v0 + v));
+                __m512 ws = _mm512_set1_ps(w->scale[(size_t)(row + r) * groups + g]);
                 val[r][v] = _mm512_add_ps(val[r][v], _mm512_mul_ps(_mm512_mul_ps(ival, ws), x_scale));
             }
         }
@@ -845,20 +867,21 @@ q8_tokens_block(float *out_t, const uint8_t *xu_t, const float *xs_t, const Matr
         for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
 }
 
-static void matmul_q8_tokens_simd(float *out, size_t out_stride, float *out_t, const uint8_t *xu_t, const float *xs_t,
-                                  const Matrix *w, int n, int group_size, int T, int begin, int end) {
+static void matmul_q8_tokens_simd(float *out, size_t out_stride, RunState *s, const Matrix *w, int n, int group_size,
+                                  int T, int begin, int end) {
     int width = (T + 15) / 16 * 16;
+    const int8_t *xq_t = s->xq_t;
     for (int v0 = 0; v0 < width / 16; v0 += 2) {
         int i = begin;
         if (v0 + 2 <= width / 16) {
-            for (; i + 4 <= end; i += 4) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 4, v0, 2);
-            for (; i < end; i++) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 1, v0, 2);
+            for (; i + 6 <= end; i += 6) q8_tokens_block(s->out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 6, v0, 2);
+            for (; i < end; i++) q8_tokens_block(s->out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 1, v0, 2);
         } else {
-            for (; i + 4 <= end; i += 4) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 4, v0, 1);
-            for (; i < end; i++) q8_tokens_block(out_t, xu_t, xs_t, w, n, group_size, width, i, 1, v0, 1);
+            for (; i + 6 <= end; i += 6) q8_tokens_block(s->out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 6, v0, 1);
+            for (; i < end; i++) q8_tokens_block(s->out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 1, v0, 1);
         }
     }
-    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
+    transpose(out + begin, out_stride, s->out_t + (size_t)begin * width, width, end - begin, T);
 }
 #endif
 #endif
@@ -884,58 +907,90 @@ static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matri
 /* ------------------------------------------------------------------------- */
 /* Matmul and attention for a batch of tokens, split across the threads       */
 
+/* One weight matrix applied to every token of a batch: out[t][0..d) = W x[t],
+   W being [d][n], fp32 or int8. */
+typedef struct {
+    const Matrix *w;
+    float *out; /* [T][d] */
+    int d;
+} Projection;
+
 typedef struct {
     RunState *s;
-    float *out;     /* [T][d], rows out_stride apart */
-    size_t out_stride;
     const float *x; /* [T][n] */
-    const Matrix *w;
-    int n, d, T, group_size;
+    int n, T, group_size;
+    const Projection *proj;
+    int count;
 } MatmulJob;
 
-static void matmul_task(void *ctx, int part, int n_parts) {
-    MatmulJob *job = ctx;
-    int begin, end;
-    split_range(job->d, part, n_parts, 16, &begin, &end);
-    if (job->w->q) {
-#ifdef HAVE_Q8_TOKENS
-        if (job->T > 1 && job->group_size % 4 == 0) {
-            RunState *s = job->s;
-            matmul_q8_tokens_simd(job->out, job->out_stride, s->out_t, s->xu_t, s->x_t, job->w, job->n,
-                                  job->group_size, job->T, begin, end);
-            return;
-        }
-#endif
-        int groups = job->n / job->group_size;
-        for (int t = 0; t < job->T; t++)
-            matvec_q8(job->out + t * job->out_stride, job->s->xq.q + (size_t)t * job->n,
-                      job->s->xq.scale + (size_t)t * groups, job->w, job->n, job->group_size, begin, end);
-        return;
-    }
-#ifdef HAVE_SIMD
-    if (job->T > 1) {
-        matmul_tokens_simd(job->out, job->out_stride, job->s->out_t, job->s->x_t, job->w->f32, job->n, job->T, begin, end);
-        return;
-    }
-#endif
-    for (int t = 0; t < job->T; t++)
-        matvec(job->out + t * job->out_stride, job->x + (size_t)t * job->n, job->w->f32, job->n, job->n, begin, end);
+typedef struct {
+    RunState *s;
+    const float *x;
+    int n, T, group_size;
+} QuantizeJob;
+
+/* Each thread quantizes its share of the batch's groups. */
+static void quantize_task(void *ctx, int part, int n_parts) {
+    QuantizeJob *job = ctx;
+    int groups = job->n / job->group_size, begin, end;
+    split_range(job->T * groups, part, n_parts, 1, &begin, &end);
+    size_t offset = (size_t)begin * job->group_size;
+    quantize(job->s->xq.q + offset, job->s->xq.scale + begin, job->x + offset, (end - begin) * job->group_size,
+             job->group_size);
 }
 
-/* out[t] = W x[t] for T tokens: W is [d][n], fp32 or int8. */
-static void matmul(RunState *s, float *out, size_t out_stride, const float *x, const Matrix *w, int n, int d, int T,
-                   int group_size) {
-    if (w->q) {
-        for (int t = 0; t < T; t++)
-            quantize(s->xq.q + (size_t)t * n, s->xq.scale + (size_t)t * (n / group_size), x + (size_t)t * n, n, group_size);
+/* Each thread computes its share of the rows of every projection. */
+static void matmul_task(void *ctx, int part, int n_parts) {
+    MatmulJob *job = ctx;
+    RunState *s = job->s;
+    int n = job->n, T = job->T, gs = job->group_size;
+    for (int p = 0; p < job->count; p++) {
+        const Matrix *w = job->proj[p].w;
+        float *out = job->proj[p].out;
+        int d = job->proj[p].d, begin, end;
+        split_range(d, part, n_parts, 16, &begin, &end);
+        if (w->q) {
+#ifdef HAVE_Q8_TOKENS
+            if (T > 1 && gs % 4 == 0) {
+                matmul_q8_tokens_simd(out, d, s, w, n, gs, T, begin, end);
+                continue;
+            }
+#endif
+            for (int t = 0; t < T; t++)
+                matvec_q8(out + (size_t)t * d, s->xq.q + (size_t)t * n, s->xq.scale + (size_t)t * (n / gs), w, n, gs,
+                          begin, end);
+            continue;
+        }
+#ifdef HAVE_SIMD
+        if (T > 1) {
+            matmul_tokens_simd(out, d, s->out_t, s->x_t, w->f32, n, T, begin, end);
+            continue;
+        }
+#endif
+        for (int t = 0; t < T; t++) matvec(out + (size_t)t * d, job->x + (size_t)t * n, w->f32, n, n, begin, end);
+    }
+}
+
+/* Applies `count` projections that share the input x [T][n]: the input is
+   prepared (quantized, or transposed for the batched kernels) once for all. */
+static void matmul(RunState *s, const float *x, int n, int T, int group_size, const Projection *proj, int count) {
+    if (proj[0].w->q) {
+        int groups = n / group_size;
+        QuantizeJob quantize_job = {s, x, n, T, group_size}; /* rows are contiguous: quantize them as one */
+        run_task(quantize_task, &quantize_job, 10.0 * T * n);
 #ifdef HAVE_Q8_TOKENS
         if (T > 1 && group_size % 4 == 0) { /* the layout of matmul_q8_tokens_simd */
-            int width = (T + 15) / 16 * 16, groups = n / group_size;
-            for (int j = 0; j < n; j++)
-                for (int t = 0; t < width; t++)
-                    s->xu_t[((size_t)(j / 4) * width + t) * 4 + j % 4] = (uint8_t)((t < T ? s->xq.q[(size_t)t * n + j] : 0) + 128);
-            for (int g = 0; g < groups; g++)
-                for (int t = 0; t < width; t++) s->x_t[(size_t)g * width + t] = t < T ? s->xq.scale[(size_t)t * groups + g] : 0.0f;
+            int width = (T + 15) / 16 * 16;
+            for (int t = 0; t < T; t++)
+                for (int g = 0; g < groups; g++) {
+                    int32_t sum = 0;
+                    for (int k = 0; k < group_size; k++) sum += s->xq.q[(size_t)t * n + g * group_size + k];
+                    s->x_sum[(size_t)t * groups + g] = sum;
+                }
+            /* 32-bit transposes: four int8 values, a group sum or a scale at a time */
+            transpose((float *)s->xq_t, width, (const float *)s->xq.q, n / 4, T, n / 4);
+            transpose((float *)s->x_sum_t, width, (const float *)s->x_sum, groups, T, groups);
+            transpose(s->x_t, width, s->xq.scale, groups, T, groups);
         }
 #endif
     }
@@ -944,8 +999,10 @@ static void matmul(RunState *s, float *out, size_t out_stride, const float *x, c
         transpose(s->x_t, (T + 15) / 16 * 16, x, n, T, n);
     }
 #endif
-    MatmulJob job = {s, out, out_stride, x, w, n, d, T, group_size};
-    run_task(matmul_task, &job, (double)n * d * T);
+    MatmulJob job = {s, x, n, T, group_size, proj, count};
+    double work = 0;
+    for (int p = 0; p < count; p++) work += (double)n * proj[p].d * T;
+    run_task(matmul_task, &job, work);
 }
 
 typedef struct {
@@ -1024,9 +1081,8 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
         float *v = s->value_cache + ((size_t)l * c->seq_len + pos) * kv_dim;
         for (int t = 0; t < T; t++)
             rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
-        matmul(s, s->q, dim, s->xb, &w->wq[l], dim, dim, T, gs);
-        matmul(s, k, kv_dim, s->xb, &w->wk[l], dim, kv_dim, T, gs);
-        matmul(s, v, kv_dim, s->xb, &w->wv[l], dim, kv_dim, T, gs);
+        Projection qkv[3] = {{&w->wq[l], s->q, dim}, {&w->wk[l], k, kv_dim}, {&w->wv[l], v, kv_dim}};
+        matmul(s, s->xb, dim, T, gs, qkv, 3);
         for (int t = 0; t < T; t++) {
             const float *cos_pos = s->rope_cos + (size_t)(pos + t) * head_size / 2;
             const float *sin_pos = s->rope_sin + (size_t)(pos + t) * head_size / 2;
@@ -1035,24 +1091,27 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
         }
         AttentionJob job = {s, c, l, T, pos};
         run_task(attention_task, &job, (double)T * c->n_heads * (pos + T) * head_size);
-        matmul(s, s->xb2, dim, s->xb, &w->wo[l], dim, dim, T, gs);
+        Projection wo = {&w->wo[l], s->xb2, dim};
+        matmul(s, s->xb, dim, T, gs, &wo, 1);
         add(s->x, s->xb2, T * dim);
 
         /* feed-forward: w2(silu(w1 x) * w3 x) */
         for (int t = 0; t < T; t++)
             rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
-        matmul(s, s->hb, hidden_dim, s->xb, &w->w1[l], dim, hidden_dim, T, gs);
-        matmul(s, s->hb2, hidden_dim, s->xb, &w->w3[l], dim, hidden_dim, T, gs);
+        Projection gate_up[2] = {{&w->w1[l], s->hb, hidden_dim}, {&w->w3[l], s->hb2, hidden_dim}};
+        matmul(s, s->xb, dim, T, gs, gate_up, 2);
         SwigluJob swiglu_job = {s->hb, s->hb2, T * hidden_dim};
         run_task(swiglu_task, &swiglu_job, 20.0 * T * hidden_dim); /* an expf costs ~20 multiply-adds */
-        matmul(s, s->xb, dim, s->hb, &w->w2[l], hidden_dim, dim, T, gs);
+        Projection down = {&w->w2[l], s->xb, dim};
+        matmul(s, s->hb, hidden_dim, T, gs, &down, 1);
         add(s->x, s->xb, T * dim);
     }
     if (!want_logits) return NULL;
 
     float *last = s->x + (size_t)(T - 1) * dim;
     rmsnorm(last, last, w->rms_final, dim, c->norm_eps);
-    matmul(s, s->logits, c->vocab_size, last, &w->classifier, dim, c->vocab_size, 1, gs);
+    Projection classifier = {&w->classifier, s->logits, c->vocab_size};
+    matmul(s, last, dim, 1, gs, &classifier, 1);
     return s->logits;
 }
 

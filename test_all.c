@@ -181,6 +181,7 @@ static void test_batched_matmul(void) {
     float *ws = random_tensor((size_t)d * n / 4, 0.01f, 0.02f), *xs = malloc(n / 4 * sizeof(float));
     for (int i = 0; i < d * n; i++) wq[i] = (int8_t)(lcg_uniform() * 128);
     float *plain = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast = calloc((size_t)MAX_BATCH * d, sizeof(float));
+    float *fast16 = calloc((size_t)MAX_BATCH * 16, sizeof(float));
     static const int batch[] = {1, 5, 16, 17, 40, MAX_BATCH};
     static const int group_sizes[] = {0, 4, 32, 64}; /* 0: fp32 */
     for (int threads = 1; threads <= 2; threads++) {
@@ -199,9 +200,14 @@ static void test_batched_matmul(void) {
                         matvec_q8_plain(plain + t * d, xq, xs, &m, n, gs, 0, d);
                     }
                 }
+                /* two projections of the same input: all d rows, and the first 16 */
                 memset(fast, 0, (size_t)MAX_BATCH * d * sizeof(float));
-                matmul(&s, fast, d, x, &m, n, d, T, gs);
-                check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0,
+                memset(fast16, 0, (size_t)MAX_BATCH * 16 * sizeof(float));
+                Projection proj[2] = {{&m, fast, d}, {&m, fast16, 16}};
+                matmul(&s, x, n, T, gs, proj, 2);
+                int same16 = 1;
+                for (int t = 0; t < T; t++) same16 &= memcmp(plain + t * d, fast16 + t * 16, 16 * sizeof(float)) == 0;
+                check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0 && same16,
                       "batched matmul of %d tokens (group size %d, 0 = fp32) on %d threads differs from per-token matvecs",
                       T, gs, threads);
             }
@@ -209,7 +215,7 @@ static void test_batched_matmul(void) {
         free_run_state(&s);
         stop_threads();
     }
-    free(w), free(x), free(wq), free(xq), free(ws), free(xs), free(plain), free(fast);
+    free(w), free(x), free(wq), free(xq), free(ws), free(xs), free(plain), free(fast), free(fast16);
 }
 
 static void test_rope(void) {
