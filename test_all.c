@@ -152,6 +152,28 @@ static void test_quantize(void) {
     check(max_abs_diff(out, ref, D) < 1e-4, "int8 matvec differs from the dequantized product");
 }
 
+static void test_fast_quantize(void) {
+#ifdef HAVE_SIMD
+    enum { N = 96 };
+    float x[N];
+    int8_t q_plain[N], q_fast[N];
+    float s_plain[N / 16], s_fast[N / 16];
+    for (int i = 0; i < N; i++) x[i] = 4 * lcg_uniform();
+    /* group 1: scale exactly 1, values on .5 ties, which round away from zero */
+    static const float ties[16] = {127, 2.5f, -2.5f, 0.5f, -0.5f, 126.5f, -126.5f, 3.49999f, 0, -0.0f, 1.5f, -1.5f, 7, 8, 9, 10};
+    memcpy(x + 16, ties, sizeof ties);
+    for (int i = 32; i < 48; i++) x[i] = 0; /* a zero group */
+    x[50] = NAN;                                /* a broken one */
+    quantize(q_plain, s_plain, x, N, 16);
+    quantize_simd(q_fast, s_fast, x, N, 16);
+    check(memcmp(q_plain, q_fast, N) == 0 && memcmp(s_plain, s_fast, sizeof s_plain) == 0,
+          "quantize_simd differs from quantize");
+    check(q_plain[17] == 3 && q_plain[18] == -3 && q_plain[19] == 1 && q_plain[20] == -1 && q_plain[21] == 127 &&
+              q_plain[23] == 3,
+          "quantize rounds .5 away from zero");
+#endif
+}
+
 static void test_fast_matvec_q8(void) {
     static const int shapes[][3] = {{64, 16, 64}, {256, 35, 64}, {384, 33, 128}, {64, 40, 4}, {48, 17, 16},
                                     {288, 20, 32}, {96, 16, 32}, {32, 16, 32}};
@@ -1012,6 +1034,7 @@ int main(void) {
     test_matvec();
     test_fast_matvec();
     test_quantize();
+    test_fast_quantize();
     test_fast_matvec_q8();
     test_batched_matmul();
     test_rope();
