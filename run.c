@@ -277,22 +277,36 @@ static void close_checkpoint(Checkpoint *ck) {
 /* ------------------------------------------------------------------------- */
 /* Threads: a pool started once; parallel_for() runs a task on all of them    */
 
-/* A task does its share `part` of `n_parts` of some work. */
-typedef void (*Task)(void *ctx, int part, int n_parts);
+/* A task does the units [begin, end) of some work; `thread` (0 for the caller)
+   picks per-thread scratch space. */
+typedef void (*Task)(void *ctx, int begin, int end, int thread);
 
 typedef struct {
     int n_threads; /* the caller counts as one */
     pthread_t *workers;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    Task task;
+    Task task; /* the current job: its task, context and units */
     void *ctx;
-    atomic_uint generation; /* bumped once per parallel_for */
-    atomic_int busy;        /* workers still running the current task */
+    int n_units, grab;
+    atomic_int next; /* the first unit no thread has taken yet */
+    /* The job's generation (high 32 bits), whether it is closed (bit 31) and
+       how many workers are inside it (low bits). A worker joins only an open
+       job; the caller closes it once it is empty, so it never waits for a
+       worker that is not even on a core, and rewrites the job only then. */
+    atomic_ullong state;
     atomic_int stop;
 } ThreadPool;
 
+#define JOB_CLOSED (1ull << 31)
+
 static ThreadPool pool = {.n_threads = 1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -300,53 +314,72 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void *worker_main(void *arg) {
-    int part = (int)(intptr_t)arg;
-    unsigned seen = 0;
+/* Takes units a few at a time until none are left: a thread that runs faster,
+   or whose partner is off its core on a busy machine, simply takes more. */
+static void take_units(int thread) {
     for (;;) {
-        /* spin a little first: during generation the next task comes within
-           microseconds, far sooner than a sleeping thread wakes up */
-        for (int spin = 0; spin < 200000 && atomic_load(&pool.generation) == seen; spin++) cpu_relax();
-        pthread_mutex_lock(&pool.lock);
-        while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
-        pthread_mutex_unlock(&pool.lock);
-        seen = atomic_load(&pool.generation);
-        if (atomic_load(&pool.stop)) return NULL;
-        pool.task(pool.ctx, part, pool.n_threads);
-        atomic_fetch_sub(&pool.busy, 1);
+        int begin = atomic_fetch_add(&pool.next, pool.grab);
+        if (begin >= pool.n_units) return;
+        pool.task(pool.ctx, begin, begin + pool.grab < pool.n_units ? begin + pool.grab : pool.n_units, thread);
     }
 }
 
-static void parallel_for(Task task, void *ctx) {
-    if (pool.n_threads == 1) {
-        task(ctx, 0, 1);
+static void *worker_main(void *arg) {
+    int thread = (int)(intptr_t)arg;
+    unsigned long long seen = 0; /* the last generation this worker looked at */
+    for (;;) {
+        /* spin a little first: during generation the next job comes within
+           microseconds, far sooner than a sleeping thread wakes up */
+        double start = seconds_now();
+        for (int spin = 1; atomic_load(&pool.state) >> 32 == seen; spin++) {
+            cpu_relax();
+            if (spin % 1024 == 0 && seconds_now() - start > 0.005) break;
+        }
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load(&pool.state) >> 32 == seen && !atomic_load(&pool.stop)) pthread_cond_wait(&pool.wake, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+        if (atomic_load(&pool.stop)) return NULL;
+        unsigned long long state = atomic_load(&pool.state);
+        seen = state >> 32;
+        while (!(state & JOB_CLOSED) && !atomic_compare_exchange_weak(&pool.state, &state, state + 1))
+            if (state >> 32 != seen) break; /* a newer job: look at it on the next turn */
+        if (state >> 32 != seen || (state & JOB_CLOSED)) continue;
+        take_units(thread);
+        atomic_fetch_sub(&pool.state, 1);
+    }
+}
+
+/* Runs task over units [0, n_units) on all threads. Work below 100000
+   multiply-adds (roughly) is done by the caller alone: waking the pool would
+   cost more. */
+static void parallel_for(Task task, void *ctx, int n_units, double work) {
+    if (pool.n_threads == 1 || n_units < 2 || work < 100000) {
+        task(ctx, 0, n_units, 0);
         return;
     }
     pool.task = task;
     pool.ctx = ctx;
-    atomic_store(&pool.busy, pool.n_threads - 1);
+    pool.n_units = n_units;
+    pool.grab = n_units / (8 * pool.n_threads) > 1 ? n_units / (8 * pool.n_threads) : 1;
+    atomic_store(&pool.next, 0);
     pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add(&pool.generation, 1);
+    atomic_store(&pool.state, ((atomic_load(&pool.state) >> 32) + 1) << 32); /* a new, open, empty job */
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-    task(ctx, 0, pool.n_threads);
-    /* on a busy machine a worker may be off its core: give the core away */
-    for (int spin = 0; atomic_load(&pool.busy) > 0; spin++) {
-        if (spin < 20000) cpu_relax();
-        else sched_yield();
+    take_units(0);
+    /* close the job once no worker is inside; those inside are finishing a unit */
+    unsigned long long state = atomic_load(&pool.state);
+    for (;;) {
+        if ((state & ~(~0ull << 31)) == 0 && atomic_compare_exchange_weak(&pool.state, &state, state | JOB_CLOSED)) break;
+        cpu_relax();
+        state = atomic_load(&pool.state);
     }
-}
-
-/* Small work is done by the caller alone: waking the pool would cost more. */
-static void run_task(Task task, void *ctx, double work) {
-    if (work < 100000) task(ctx, 0, 1);
-    else parallel_for(task, ctx);
 }
 
 static void start_threads(int n) {
     pool.n_threads = n;
     if (n == 1) return;
-    atomic_store(&pool.generation, 0); /* each worker starts having seen generation 0 */
+    atomic_store(&pool.state, JOB_CLOSED); /* generation 0, which each worker starts having seen */
     pool.workers = xcalloc(n, sizeof(pthread_t));
     for (int i = 1; i < n; i++)
         if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0)
@@ -355,9 +388,8 @@ static void start_threads(int n) {
 
 static void stop_threads(void) {
     if (pool.n_threads == 1) return;
-    atomic_store(&pool.stop, 1);
     pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add(&pool.generation, 1);
+    atomic_store(&pool.stop, 1);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     for (int i = 1; i < pool.n_threads; i++) pthread_join(pool.workers[i], NULL);
@@ -366,22 +398,13 @@ static void stop_threads(void) {
     atomic_store(&pool.stop, 0);
 }
 
-/* The share [begin, end) of n items that `part` of n_parts does, cut at multiples of `align`. */
-static void split_range(int n, int part, int n_parts, int align, int *begin, int *end) {
-    long blocks = (n + align - 1) / align;
-    *begin = (int)(blocks * part / n_parts * align);
-    *end = (int)(blocks * (part + 1) / n_parts * align);
-    if (*end > n) *end = n;
-    if (*begin > n) *begin = n;
-}
-
-/* Reads one byte of every page of the checkpoint, in parallel. */
-static void touch_pages_task(void *ctx, int part, int n_parts) {
+/* Reads one byte of every page of megabytes [begin, end) of the checkpoint. */
+static void touch_pages_task(void *ctx, int begin, int end, int thread) {
     const Checkpoint *ck = ctx;
-    size_t pages = (ck->file_size + 4095) / 4096;
     volatile uint8_t sink = 0;
-    for (size_t p = pages * part / n_parts; p < pages * (part + 1) / n_parts; p++) sink ^= ck->data[p * 4096];
-    (void)sink;
+    for (size_t offset = (size_t)begin << 20; offset < ((size_t)end << 20) && offset < ck->file_size; offset += 4096)
+        sink ^= ck->data[offset];
+    (void)sink, (void)thread;
 }
 
 /* Brings the whole checkpoint into memory before the first token, so that the
@@ -394,7 +417,7 @@ static void prefault_checkpoint(const Checkpoint *ck) {
 #else
     madvise((void *)ck->data, ck->file_size, MADV_WILLNEED);
 #endif
-    parallel_for(touch_pages_task, (void *)ck);
+    parallel_for(touch_pages_task, (void *)ck, (int)((ck->file_size + (1 << 20) - 1) >> 20), 1e9);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -955,11 +978,10 @@ typedef struct {
     int n, T, group_size;
 } QuantizeJob;
 
-/* Each thread quantizes its share of the batch's groups. */
-static void quantize_task(void *ctx, int part, int n_parts) {
+/* Units are the groups of the batch's rows, which lie end to end. */
+static void quantize_task(void *ctx, int begin, int end, int thread) {
     QuantizeJob *job = ctx;
-    int groups = job->n / job->group_size, begin, end;
-    split_range(job->T * groups, part, n_parts, 1, &begin, &end);
+    (void)thread;
     size_t offset = (size_t)begin * job->group_size;
 #ifdef HAVE_SIMD
     quantize_simd(job->s->xq.q + offset, job->s->xq.scale + begin, job->x + offset, (end - begin) * job->group_size,
@@ -970,35 +992,42 @@ static void quantize_task(void *ctx, int part, int n_parts) {
 #endif
 }
 
-/* Each thread computes its share of the rows of every projection. */
-static void matmul_task(void *ctx, int part, int n_parts) {
-    MatmulJob *job = ctx;
+/* Rows [begin, end) of one projection. */
+static void project_rows(MatmulJob *job, const Projection *proj, int begin, int end) {
     RunState *s = job->s;
-    int n = job->n, T = job->T, gs = job->group_size;
-    for (int p = 0; p < job->count; p++) {
-        const Matrix *w = job->proj[p].w;
-        float *out = job->proj[p].out;
-        int d = job->proj[p].d, begin, end;
-        split_range(d, part, n_parts, 16, &begin, &end);
-        if (w->q) {
+    const Matrix *w = proj->w;
+    int n = job->n, T = job->T, gs = job->group_size, d = proj->d;
+    if (w->q) {
 #ifdef HAVE_Q8_TOKENS
-            if (T > 1 && gs % 4 == 0) {
-                matmul_q8_tokens_simd(out, d, s, w, n, gs, T, begin, end);
-                continue;
-            }
-#endif
-            for (int t = 0; t < T; t++)
-                matvec_q8(out + (size_t)t * d, s->xq.q + (size_t)t * n, s->xq.scale + (size_t)t * (n / gs), w, n, gs,
-                          begin, end);
-            continue;
+        if (T > 1 && gs % 4 == 0) {
+            matmul_q8_tokens_simd(proj->out, d, s, w, n, gs, T, begin, end);
+            return;
         }
+#endif
+        for (int t = 0; t < T; t++)
+            matvec_q8(proj->out + (size_t)t * d, s->xq.q + (size_t)t * n, s->xq.scale + (size_t)t * (n / gs), w, n, gs,
+                      begin, end);
+        return;
+    }
 #ifdef HAVE_SIMD
-        if (T > 1) {
-            matmul_tokens_simd(out, d, s->out_t, s->x_t, w->f32, n, T, begin, end);
-            continue;
-        }
+    if (T > 1) {
+        matmul_tokens_simd(proj->out, d, s->out_t, s->x_t, w->f32, n, T, begin, end);
+        return;
+    }
 #endif
-        for (int t = 0; t < T; t++) matvec(out + (size_t)t * d, job->x + (size_t)t * n, w->f32, n, n, begin, end);
+    for (int t = 0; t < T; t++) matvec(proj->out + (size_t)t * d, job->x + (size_t)t * n, w->f32, n, n, begin, end);
+}
+
+/* Units are blocks of 16 rows, numbered through the projections in turn. */
+static void matmul_task(void *ctx, int begin, int end, int thread) {
+    MatmulJob *job = ctx;
+    (void)thread;
+    int first = 0; /* the first unit of projection p */
+    for (int p = 0; p < job->count && first < end; p++) {
+        int blocks = (job->proj[p].d + 15) / 16;
+        int lo = begin > first ? begin - first : 0, hi = end - first < blocks ? end - first : blocks;
+        if (lo < hi) project_rows(job, &job->proj[p], 16 * lo, 16 * hi < job->proj[p].d ? 16 * hi : job->proj[p].d);
+        first += blocks;
     }
 }
 
@@ -1007,8 +1036,8 @@ static void matmul_task(void *ctx, int part, int n_parts) {
 static void matmul(RunState *s, const float *x, int n, int T, int group_size, const Projection *proj, int count) {
     if (proj[0].w->q) {
         int groups = n / group_size;
-        QuantizeJob quantize_job = {s, x, n, T, group_size}; /* rows are contiguous: quantize them as one */
-        run_task(quantize_task, &quantize_job, 10.0 * T * n);
+        QuantizeJob quantize_job = {s, x, n, T, group_size};
+        parallel_for(quantize_task, &quantize_job, T * groups, 10.0 * T * n);
 #ifdef HAVE_Q8_TOKENS
         if (T > 1 && group_size % 4 == 0) { /* the layout of matmul_q8_tokens_simd */
             int width = (T + 15) / 16 * 16;
@@ -1031,9 +1060,9 @@ static void matmul(RunState *s, const float *x, int n, int T, int group_size, co
     }
 #endif
     MatmulJob job = {s, x, n, T, group_size, proj, count};
-    double work = 0;
-    for (int p = 0; p < count; p++) work += (double)n * proj[p].d * T;
-    run_task(matmul_task, &job, work);
+    int blocks = 0;
+    for (int p = 0; p < count; p++) blocks += (proj[p].d + 15) / 16;
+    parallel_for(matmul_task, &job, blocks, 16.0 * blocks * n * T);
 }
 
 typedef struct {
@@ -1042,11 +1071,12 @@ typedef struct {
     int n;
 } SwigluJob;
 
-static void swiglu_task(void *ctx, int part, int n_parts) {
+/* Units are blocks of 256 values. */
+static void swiglu_task(void *ctx, int begin, int end, int thread) {
     SwigluJob *job = ctx;
-    int begin, end;
-    split_range(job->n, part, n_parts, 16, &begin, &end);
-    swiglu(job->hb + begin, job->hb2 + begin, end - begin);
+    int from = 256 * begin, to = 256 * end < job->n ? 256 * end : job->n;
+    (void)thread;
+    swiglu(job->hb + from, job->hb2 + from, to - from);
 }
 
 typedef struct {
@@ -1070,23 +1100,21 @@ static void attention_head(float *out, const float *q, const float *keys, const 
     }
 }
 
-/* Every (token, head) pair of the batch is one unit of work. */
-static void attention_task(void *ctx, int part, int n_parts) {
+/* Units are the (token, head) pairs of the batch. */
+static void attention_task(void *ctx, int begin, int end, int thread) {
     AttentionJob *job = ctx;
     const Config *c = job->c;
     RunState *s = job->s;
     int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
     int heads_per_kv = c->n_heads / c->n_kv_heads;
     size_t layer_offset = (size_t)job->layer * c->seq_len * kv_dim;
-    int begin, end;
-    split_range(job->T * c->n_heads, part, n_parts, 1, &begin, &end);
     for (int unit = begin; unit < end; unit++) {
         int t = unit / c->n_heads, h = unit % c->n_heads;
         int kv_head = h / heads_per_kv; /* grouped-query attention */
         attention_head(s->xb + (size_t)t * c->dim + h * head_size, s->q + (size_t)t * c->dim + h * head_size,
                        s->key_cache + layer_offset + kv_head * head_size,
                        s->value_cache + layer_offset + kv_head * head_size,
-                       s->att + (size_t)part * c->seq_len, job->pos + t, head_size, kv_dim);
+                       s->att + (size_t)thread * c->seq_len, job->pos + t, head_size, kv_dim);
     }
 }
 
@@ -1121,7 +1149,7 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
             rope(k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
         }
         AttentionJob job = {s, c, l, T, pos};
-        run_task(attention_task, &job, (double)T * c->n_heads * (pos + T) * head_size);
+        parallel_for(attention_task, &job, T * c->n_heads, (double)T * c->n_heads * (pos + T) * head_size);
         Projection wo = {&w->wo[l], s->xb2, dim};
         matmul(s, s->xb, dim, T, gs, &wo, 1);
         add(s->x, s->xb2, T * dim);
@@ -1132,7 +1160,7 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
         Projection gate_up[2] = {{&w->w1[l], s->hb, hidden_dim}, {&w->w3[l], s->hb2, hidden_dim}};
         matmul(s, s->xb, dim, T, gs, gate_up, 2);
         SwigluJob swiglu_job = {s->hb, s->hb2, T * hidden_dim};
-        run_task(swiglu_task, &swiglu_job, 20.0 * T * hidden_dim); /* an expf costs ~20 multiply-adds */
+        parallel_for(swiglu_task, &swiglu_job, (T * hidden_dim + 255) / 256, 20.0 * T * hidden_dim); /* an expf: ~20 multiply-adds */
         Projection down = {&w->w2[l], s->xb, dim};
         matmul(s, s->hb, hidden_dim, T, gs, &down, 1);
         add(s->x, s->xb, T * dim);
@@ -1556,12 +1584,6 @@ static int sample(Sampler *s, float *logits) {
 /* ------------------------------------------------------------------------- */
 /* Generate and chat                                                          */
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void report_speed(int prompt_tokens, double prompt_seconds, int generated, double generate_seconds) {
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n",
             prompt_tokens, prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0.0,
@@ -1587,11 +1609,11 @@ static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Samp
         print_piece(stdout, piece, len);
     }
     fflush(stdout);
-    double start = now_seconds(), prompt_done = start;
+    double start = seconds_now(), prompt_done = start;
     int generated = 0;
     if (n_prompt <= steps) {
         float *logits = forward_tokens(ck, state, prompt_tokens, n_prompt, 0);
-        prompt_done = now_seconds();
+        prompt_done = seconds_now();
         int token = prompt_tokens[n_prompt - 1];
         for (int pos = n_prompt - 1; pos < steps; pos++) {
             if (pos > n_prompt - 1) logits = forward(ck, state, token, pos);
@@ -1607,7 +1629,7 @@ static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Samp
     }
     printf("\n");
     fflush(stdout);
-    report_speed(n_prompt <= steps ? n_prompt : 0, prompt_done - start, generated, now_seconds() - prompt_done);
+    report_speed(n_prompt <= steps ? n_prompt : 0, prompt_done - start, generated, seconds_now() - prompt_done);
     free(prompt_tokens);
 }
 
