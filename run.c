@@ -451,7 +451,7 @@ typedef struct {
     int8_t *xq_t;       /* batched int8 matmul: the input by 4 bytes per token [widest][MAX_BATCH] */
     int32_t *x_sum;     /* and its sums per group [MAX_BATCH][widest / 4] */
     int32_t *x_sum_t;   /* transposed [widest / 4][MAX_BATCH] */
-    float *out_t;       /* and the output before transposing back [widest][MAX_BATCH] */
+    float *out_t;       /* and the outputs before transposing back, [rows of all projections][MAX_BATCH] */
 } RunState;
 
 static void init_run_state(RunState *s, const Config *c) {
@@ -478,7 +478,8 @@ static void init_run_state(RunState *s, const Config *c) {
     s->xq_t = xcalloc(MAX_BATCH * widest, 1);
     s->x_sum = xcalloc(MAX_BATCH * widest / 4 + 1, sizeof(int32_t));
     s->x_sum_t = xcalloc(MAX_BATCH * widest / 4 + 1, sizeof(int32_t));
-    s->out_t = xcalloc(MAX_BATCH * widest, sizeof(float));
+    size_t projected_rows = 3 * (size_t)c->dim > 2 * (size_t)c->hidden_dim ? 3 * (size_t)c->dim : 2 * (size_t)c->hidden_dim;
+    s->out_t = xcalloc(MAX_BATCH * projected_rows, sizeof(float));
     /* RoPE angles depend only on position and pair index: compute them once,
        with the same float expression as llama2.c so results match bit for bit */
     s->rope_cos = xcalloc((size_t)c->seq_len * head_size / 2, sizeof(float));
@@ -916,21 +917,21 @@ q8_tokens_block(float *out_t, const int8_t *xq_t, const float *xs_t, const int32
         for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
 }
 
-static void matmul_q8_tokens_simd(float *out, size_t out_stride, RunState *s, const Matrix *w, int n, int group_size,
-                                  int T, int begin, int end) {
+static void matmul_q8_tokens_simd(float *out, size_t out_stride, float *out_t, RunState *s, const Matrix *w, int n,
+                                  int group_size, int T, int begin, int end) {
     int width = (T + 15) / 16 * 16;
     const int8_t *xq_t = s->xq_t;
     for (int v0 = 0; v0 < width / 16; v0 += 2) {
         int i = begin;
         if (v0 + 2 <= width / 16) {
-            for (; i + 6 <= end; i += 6) q8_tokens_block(s->out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 6, v0, 2);
-            for (; i < end; i++) q8_tokens_block(s->out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 1, v0, 2);
+            for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 6, v0, 2);
+            for (; i < end; i++) q8_tokens_block(out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 1, v0, 2);
         } else {
-            for (; i + 6 <= end; i += 6) q8_tokens_block(s->out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 6, v0, 1);
-            for (; i < end; i++) q8_tokens_block(s->out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 1, v0, 1);
+            for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 6, v0, 1);
+            for (; i < end; i++) q8_tokens_block(out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 1, v0, 1);
         }
     }
-    transpose(out + begin, out_stride, s->out_t + (size_t)begin * width, width, end - begin, T);
+    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
 #endif
 #endif
@@ -992,15 +993,15 @@ static void quantize_task(void *ctx, int begin, int end, int thread) {
 #endif
 }
 
-/* Rows [begin, end) of one projection. */
-static void project_rows(MatmulJob *job, const Projection *proj, int begin, int end) {
+/* Rows [begin, end) of one projection; out_t is its own scratch area. */
+static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, int begin, int end) {
     RunState *s = job->s;
     const Matrix *w = proj->w;
     int n = job->n, T = job->T, gs = job->group_size, d = proj->d;
     if (w->q) {
 #ifdef HAVE_Q8_TOKENS
         if (T > 1 && gs % 4 == 0) {
-            matmul_q8_tokens_simd(proj->out, d, s, w, n, gs, T, begin, end);
+            matmul_q8_tokens_simd(proj->out, d, out_t, s, w, n, gs, T, begin, end);
             return;
         }
 #endif
@@ -1011,7 +1012,7 @@ static void project_rows(MatmulJob *job, const Projection *proj, int begin, int 
     }
 #ifdef HAVE_SIMD
     if (T > 1) {
-        matmul_tokens_simd(proj->out, d, s->out_t, s->x_t, w->f32, n, T, begin, end);
+        matmul_tokens_simd(proj->out, d, out_t, s->x_t, w->f32, n, T, begin, end);
         return;
     }
 #endif
@@ -1022,12 +1023,16 @@ static void project_rows(MatmulJob *job, const Projection *proj, int begin, int 
 static void matmul_task(void *ctx, int begin, int end, int thread) {
     MatmulJob *job = ctx;
     (void)thread;
-    int first = 0; /* the first unit of projection p */
+    int first = 0;     /* the first unit of projection p */
+    size_t out_t_rows = 0; /* projections of one job use separate rows of out_t */
     for (int p = 0; p < job->count && first < end; p++) {
         int blocks = (job->proj[p].d + 15) / 16;
         int lo = begin > first ? begin - first : 0, hi = end - first < blocks ? end - first : blocks;
-        if (lo < hi) project_rows(job, &job->proj[p], 16 * lo, 16 * hi < job->proj[p].d ? 16 * hi : job->proj[p].d);
+        if (lo < hi)
+            project_rows(job, &job->proj[p], job->s->out_t + out_t_rows * MAX_BATCH, 16 * lo,
+                         16 * hi < job->proj[p].d ? 16 * hi : job->proj[p].d);
         first += blocks;
+        out_t_rows += job->proj[p].d;
     }
 }
 

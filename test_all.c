@@ -237,6 +237,31 @@ static void test_batched_matmul(void) {
         free_run_state(&s);
         stop_threads();
     }
+    /* threads race only now and then: repeat a three-projection batch many times */
+    {
+        enum { N = 1024, D = 32 }; /* small projections: units of different ones run side by side */
+        Config big = c;
+        big.dim = N, big.hidden_dim = N;
+        float *w2 = random_tensor((size_t)D * N, 1, 0), *x2 = random_tensor((size_t)MAX_BATCH * N, 1, 0);
+        float *want = calloc((size_t)MAX_BATCH * D, sizeof(float)), *a = calloc((size_t)MAX_BATCH * D, sizeof(float));
+        float *b = calloc((size_t)MAX_BATCH * D, sizeof(float)), *small = calloc((size_t)MAX_BATCH * 16, sizeof(float));
+        Matrix m2 = {w2, NULL, NULL};
+        for (int t = 0; t < MAX_BATCH; t++) matvec_plain(want + t * D, x2 + t * N, w2, N, N, 0, D);
+        start_threads(2);
+        RunState s;
+        init_run_state(&s, &big);
+        int same = 1;
+        for (int rep = 0; rep < 200 && same; rep++) {
+            Projection proj[3] = {{&m2, a, D}, {&m2, small, 16}, {&m2, b, D}};
+            matmul(&s, x2, N, MAX_BATCH, 0, proj, 3);
+            same = memcmp(want, a, (size_t)MAX_BATCH * D * sizeof(float)) == 0 &&
+                   memcmp(want, b, (size_t)MAX_BATCH * D * sizeof(float)) == 0;
+        }
+        check(same, "three projections of one batch on 2 threads: results differ from run to run");
+        free_run_state(&s);
+        stop_threads();
+        free(w2), free(x2), free(want), free(a), free(b), free(small);
+    }
     free(w), free(x), free(wq), free(xq), free(ws), free(xs), free(plain), free(fast), free(fast16);
 }
 
