@@ -13,7 +13,9 @@ LDLIBS = -lm -lpthread
 ifdef PLAIN
 BASEFLAGS += -DRUN_PLAIN
 endif
-SANITIZE = -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
+# float-cast-overflow: GCC's -fsanitize=undefined leaves it out (clang's has it);
+# it catches float -> int conversions out of range, e.g. NaN weights in quantize()
+SANITIZE = -g -O1 -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
 # a python3 with numpy, for test_export.py (Debian's python3-numpy lives in /usr/bin)
 PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && { echo $$p; break; }; done)
 export PYTHON
@@ -47,3 +49,46 @@ clean:
 	rm -f run test_all run_sanitize test_all_sanitize
 
 .PHONY: test test-sanitize demo bench clean
+
+# make fuzz                       build the libFuzzer targets (clang) and their seed corpus
+# make fuzz-run SECONDS=600       run each target for SECONDS, one after the other, niced
+# Needs clang with libFuzzer (Debian: clang and libclang-rt-14-dev) and python3;
+# the seeds come from ../shared (SHARED=...) and this repo's tokenizer.bin.
+FUZZ_CC ?= clang
+FUZZ_FLAGS = -std=gnu11 -g -O1 -march=native -ffp-contract=off \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+SHARED ?= ../shared
+SECONDS ?= 600
+FUZZ_TARGETS = fuzz_checkpoint fuzz_tokenizer fuzz_encode
+
+fuzz: $(FUZZ_TARGETS) fuzz_corpus/.done
+
+fuzz_checkpoint: fuzz.c run.c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_CHECKPOINT -o $@ fuzz.c $(LDLIBS)
+
+fuzz_tokenizer: fuzz.c run.c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_TOKENIZER -o $@ fuzz.c $(LDLIBS)
+
+fuzz_encode: fuzz.c run.c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_ENCODE -DFUZZ_SHARED='"$(SHARED)"' -o $@ fuzz.c $(LDLIBS)
+
+# seed corpus: the shared models, tokenizers and tokenizer cases, plus small
+# generated checkpoints/tokenizers of every layout and damaged copies
+fuzz_corpus/.done: seeds_for_fuzz.py tokenizer.bin
+	rm -rf fuzz_corpus
+	python3 seeds_for_fuzz.py $(SHARED) fuzz_corpus
+	touch $@
+
+# new inputs go to fuzz_out/<target>, crashes to fuzz_out/crashes/; stops at the first crash
+fuzz-run: fuzz
+	@mkdir -p fuzz_out/crashes
+	for t in checkpoint tokenizer encode; do \
+		mkdir -p fuzz_out/$$t; \
+		nice -n 19 ./fuzz_$$t -max_total_time=$(SECONDS) -print_final_stats=1 \
+			-artifact_prefix=fuzz_out/crashes/$$t- fuzz_out/$$t fuzz_corpus/$$t || exit 1; \
+	done
+
+fuzz-clean:
+	rm -rf $(FUZZ_TARGETS) fuzz_corpus fuzz_out
+
+.PHONY: fuzz fuzz-run fuzz-clean

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -143,6 +144,10 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
         if (fields[i] <= 0) fail("%s: header field %s is %d, must be positive", path, names[i], fields[i]);
     c->dim = fields[0]; c->hidden_dim = fields[1]; c->n_layers = fields[2]; c->n_heads = fields[3];
     c->n_kv_heads = fields[4]; c->vocab_size = fields[5]; c->seq_len = fields[6];
+    /* the program feeds ids 1 (BOS) and 2 (EOS) to the model, and encode()
+       falls back to 0 (unk): a smaller vocabulary would index past its tables */
+    if (c->vocab_size < 3)
+        fail("%s: header field vocab_size is %d, must be at least 3 (unk, BOS, EOS)", path, c->vocab_size);
     if (c->dim % c->n_heads) fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
     if ((c->dim / c->n_heads) % 2) fail("%s: head size %d is odd (RoPE rotates pairs)", path, c->dim / c->n_heads);
     if (c->n_heads % c->n_kv_heads)
@@ -452,12 +457,14 @@ typedef struct {
     int32_t *x_sum;     /* and its sums per group [MAX_BATCH][widest / 4] */
     int32_t *x_sum_t;   /* transposed [widest / 4][MAX_BATCH] */
     float *out_t;       /* and the outputs before transposing back, [rows of all projections][MAX_BATCH] */
+    int n_pos;          /* positions the caches and RoPE tables hold (<= seq_len) */
 } RunState;
 
 static void init_run_state(RunState *s, const Config *c) {
     size_t kv_dim = (size_t)c->dim / c->n_heads * c->n_kv_heads;
     size_t head_size = c->dim / c->n_heads;
     size_t cache = (size_t)c->n_layers * c->seq_len * kv_dim;
+    s->n_pos = c->seq_len; /* main() passes a copy of the config with seq_len = -n */
     size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     s->x = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
     s->xb = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
@@ -768,6 +775,8 @@ static void quantize_simd(int8_t *q, float *scale, const float *x, int n, int gr
             __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), half, _CMP_GE_OQ);
             __m512 step = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_sub_ps(_mm512_setzero_ps(), one), one);
             r = _mm512_mask_add_ps(r, up, r, step);
+            /* as quantize(): NaN, and values past +-127 (a subnormal scale), give 0 */
+            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
             _mm_storeu_si128((__m128i *)(q + g * group_size + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
         }
     }
@@ -996,6 +1005,7 @@ static void quantize_task(void *ctx, int begin, int end, int thread) {
 /* Rows [begin, end) of one projection; out_t is its own scratch area. */
 static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, int begin, int end) {
     RunState *s = job->s;
+    (void)out_t; /* used by the SIMD kernels only */
     const Matrix *w = proj->w;
     int n = job->n, T = job->T, gs = job->group_size, d = proj->d;
     if (w->q) {
@@ -1112,14 +1122,14 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     RunState *s = job->s;
     int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
     int heads_per_kv = c->n_heads / c->n_kv_heads;
-    size_t layer_offset = (size_t)job->layer * c->seq_len * kv_dim;
+    size_t layer_offset = (size_t)job->layer * s->n_pos * kv_dim;
     for (int unit = begin; unit < end; unit++) {
         int t = unit / c->n_heads, h = unit % c->n_heads;
         int kv_head = h / heads_per_kv; /* grouped-query attention */
         attention_head(s->xb + (size_t)t * c->dim + h * head_size, s->q + (size_t)t * c->dim + h * head_size,
                        s->key_cache + layer_offset + kv_head * head_size,
                        s->value_cache + layer_offset + kv_head * head_size,
-                       s->att + (size_t)thread * c->seq_len, job->pos + t, head_size, kv_dim);
+                       s->att + (size_t)thread * s->n_pos, job->pos + t, head_size, kv_dim);
     }
 }
 
@@ -1141,8 +1151,8 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
 
     for (int l = 0; l < c->n_layers; l++) {
         /* attention; K and V go straight into the cache rows of their positions */
-        float *k = s->key_cache + ((size_t)l * c->seq_len + pos) * kv_dim;
-        float *v = s->value_cache + ((size_t)l * c->seq_len + pos) * kv_dim;
+        float *k = s->key_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
+        float *v = s->value_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
         for (int t = 0; t < T; t++)
             rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
         Projection qkv[3] = {{&w->wq[l], s->q, dim}, {&w->wk[l], k, kv_dim}, {&w->wv[l], v, kv_dim}};
@@ -1255,6 +1265,8 @@ static void load_tokenizer(Tokenizer *t, const char *path, int vocab_size) {
         if (len < 0) fail("%s: piece %d has negative length %d", path, i, len);
         if (len > remaining) fail("%s: piece %d has length %d, past the end of the file", path, i, len);
         if (!isfinite(t->scores[i])) fail("%s: piece %d has a non-finite score", path, i);
+        if (len > max_token_length)
+            fail("%s: piece %d is %d bytes, longer than max_token_length %d", path, i, len, max_token_length);
         t->pieces[i] = xmalloc((size_t)len + 1);
         if (len > 0 && fread(t->pieces[i], len, 1, f) != 1) fail("%s: piece %d is truncated", path, i);
         t->pieces[i][len] = '\0';
@@ -1630,6 +1642,7 @@ static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Samp
             fflush(stdout);
             generated++;
             token = next;
+            if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
         }
     }
     printf("\n");
@@ -1655,6 +1668,7 @@ static char *read_line(const char *prompt) {
 
 static char *format_string(const char *fmt, const char *a, const char *b) {
     int n = snprintf(NULL, 0, fmt, a, b);
+    if (n < 0) fail("the prompt is too long (%zu bytes)", strlen(a) + strlen(b));
     char *out = xmalloc((size_t)n + 1);
     snprintf(out, (size_t)n + 1, fmt, a, b);
     return out;
@@ -1702,10 +1716,12 @@ static void chat(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler 
             const char *piece = decode(tok, token, next, &len);
             print_piece(stdout, piece, len);
             fflush(stdout);
+            if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
             token = next;
             next = sample(sampler, forward(ck, state, token, pos++));
         }
         printf("\n");
+        if (ferror(stdout)) break; /* not "context is full": the reader is gone */
         if (next == EOS_ID && pos < steps) {
             /* the end of the answer belongs to the context; llama2.c draws a token
                here that it never uses, and so do we, so a seed gives the same chat */
@@ -1755,7 +1771,7 @@ static float parse_float(const char *flag, const char *s, float lo, float hi) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
-    if (end == s || *end != '\0' || errno == ERANGE || isnan(v))
+    if (end == s || *end != '\0' || errno == ERANGE || isnan(v) || isspace((unsigned char)s[0]))
         bad_flag("%s: '%s' is not a number", flag, s);
     if (v < lo || v > hi) bad_flag("%s: %s is out of range [%g, %g]", flag, s, lo, hi);
     return v;
@@ -1765,7 +1781,8 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE) bad_flag("%s: '%s' is not an integer", flag, s);
+    if (end == s || *end != '\0' || errno == ERANGE || isspace((unsigned char)s[0]))
+        bad_flag("%s: '%s' is not an integer", flag, s);
     if (v < lo || v > hi) bad_flag("%s: %s is out of range [%lld, %lld]", flag, s, lo, hi);
     return v;
 }
@@ -1775,6 +1792,7 @@ int main(int argc, char **argv) {
     const char *prompt = NULL, *system_prompt = NULL, *mode = "generate";
     float temperature = 1.0f, topp = 0.9f;
     long long seed = 0, steps = 256, threads = 0;
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, not a kill */
 
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -1824,7 +1842,11 @@ int main(int argc, char **argv) {
         start_threads((int)threads);
         prefault_checkpoint(&ck);
         RunState state;
-        init_run_state(&state, &ck.config);
+        /* buffers for the positions that run: generate and chat stay below steps,
+           and a v1/v2 header's seq_len is not bounded by the file's size */
+        Config positions = ck.config;
+        positions.seq_len = (int)steps;
+        init_run_state(&state, &positions);
         Sampler sampler = {ck.config.vocab_size, temperature, topp,
                            seed > 0 ? (uint64_t)seed : (uint64_t)time(NULL),
                            xmalloc(ck.config.vocab_size * sizeof(ProbIndex))};

@@ -1053,6 +1053,184 @@ static void run_python_suite(const char *python, const char *script, const char 
     check(parsed && status == 0 && n_fail == 0 && n_pass > 0, "%s %s", script, args);
 }
 
+/* Regression tests for the fuzz findings and audit gaps, in test_all.c's style.
+   Paste above test_all.c's main() (they use check, write_temp, Buffer/put*,
+   tiny_model, write_v0/write_v1/write_v2, run_args, expect_model_error,
+   single_line, have_shared, shared_dir), and call from main():
+
+       test_fuzz_regressions(model, tokenizer);   // next to test_generate_limits(...)
+
+   Each needs run.c.patch (apply_fixes.py); before it, the ones marked (UB)
+   fail only under a sanitizer build that has float-cast-overflow (see
+   Makefile.sanitize.patch: GCC's -fsanitize=undefined does not include it). */
+
+#include <sys/resource.h>
+
+/* Fuzz finding 1 (fuzz_checkpoint, UBSan): quantize() converted x / scale to
+   int8 with no range check. NaN/inf activations (weights may hold any float) or
+   a subnormal scale (max/127 rounding down: 190 ulp / 1 ulp = 190) put the value
+   outside int8: undefined behaviour. quantize() now gives 0 there; its SIMD twin
+   must give the same bytes (it truncated 190 to -66). */
+static void test_quantize_odd_values(void) {
+    float sub = ldexpf(1.0f, -149); /* the smallest subnormal */
+    float x[32] = {NAN, 1.0f, -INFINITY, 2.0f, 0.5f, -1.0f, 0.25f, 0};   /* group 0: NaN and inf */
+    for (int i = 0; i < 16; i++) x[16 + i] = (i % 3 - 1) * (float)(i * 5) * sub;   /* group 1: a subnormal scale */
+    x[17] = 190 * sub, x[18] = -190 * sub;
+    int8_t q[32];
+    float scale[2];
+    quantize(q, scale, x, 32, 16);
+    int in_range = 1;
+    for (int i = 0; i < 32; i++) in_range &= q[i] != -128;
+    check(in_range && q[0] == 0 && q[2] == 0, "quantize: NaN and inf give 0, no value is -128");
+    check(q[17] == 0 || q[17] == 127, "quantize: 190 over a 1-ulp scale is 0 or 127, not %d", q[17]);
+#ifdef HAVE_SIMD
+    int8_t q_fast[32];
+    float s_fast[2];
+    quantize_simd(q_fast, s_fast, x, 32, 16);
+    int same = memcmp(q, q_fast, sizeof q) == 0;
+    check(same, "quantize_simd gives quantize's bytes for NaN, inf and a subnormal scale (190 -> %d vs %d)",
+          q_fast[17], q[17]);
+#endif
+}
+
+/* The same end to end: an int8 model whose norm weights are NaN runs (UB). */
+static void test_nan_weights_run(const char *tokenizer) {
+    TinyModel m = tiny_model(1, 8);
+    m.rms_att[0] = NAN;
+    m.rms_ffn[1] = INFINITY;
+    Buffer v2 = write_v2(&m, 4);
+    char *path = write_temp(v2.data, v2.n);
+    RunResult r;
+    run_args(&r, NULL, path, "-z", tokenizer, "-n", "6", "-i", "1 2", NULL);
+    check(r.status == 0, "int8 model with NaN/inf weights: want exit 0, got %d: %s", r.status, r.err);
+    unlink(path), free(path), free(v2.data);
+    free_tiny(&m);
+
+    /* the fuzzer's own input: stories260K_q80.bin with one byte inserted at
+       172532 (so every later int8 weight and scale is shifted), cut to size */
+    if (!have_shared()) return;
+    char model[4096], tok[4096];
+    snprintf(model, sizeof model, "%s/models/stories260K_q80.bin", shared_dir());
+    snprintf(tok, sizeof tok, "%s/models/aidreams_tok512.bin", shared_dir());
+    FILE *f = fopen(model, "rb");
+    if (!f) return;
+    Buffer b = {0};
+    uint8_t chunk[65536];
+    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) put(&b, chunk, n);
+    fclose(f);
+    memmove(b.data + 172533, b.data + 172532, b.n - 172533);
+    b.data[172532] = 0x6c;
+    path = write_temp(b.data, b.n);
+    run_args(&r, NULL, path, "-z", tok, "-n", "8", NULL);
+    check(r.status == 0, "fuzz input crash-696f3b2b (shifted q80 weights): want exit 0, got %d: %s", r.status, r.err);
+    unlink(path), free(path), free(b.data);
+}
+
+/* Fuzz finding 2 (fuzz_tokenizer, harness check "encode produced id 1 of 1"):
+   the header accepted vocab_size 1 and 2, but encode() always emits BOS (1),
+   chat feeds EOS (2), and unk (0) is the fallback: ids past the tables. */
+static void test_small_vocab(const char *tokenizer) {
+    TinyModel m = tiny_model(1, 8);
+    Buffer v0 = write_v0(&m), v1 = write_v1(&m, 0, 0);
+    int32_t *hdr = (int32_t *)v0.data;
+    int32_t saved = hdr[5];
+    hdr[5] = 2;
+    expect_model_error("v0 vocab_size 2", v0.data, v0.n, "vocab_size is 2", tokenizer);
+    hdr[5] = -1;
+    expect_model_error("v0 vocab_size -1 (separate classifier)", v0.data, v0.n, "vocab_size is 1", tokenizer);
+    hdr[5] = saved;
+    int32_t one = 1;
+    memcpy(v1.data + 8 + 5 * 4, &one, 4);
+    expect_model_error("v1 vocab_size 1", v1.data, v1.n, "vocab_size is 1", tokenizer);
+    free(v0.data), free(v1.data);
+    free_tiny(&m);
+}
+
+/* Audit: a v1/v2 header's seq_len is not bounded by the file's size (v0 stores
+   RoPE tables of seq_len rows, v1/v2 store nothing per position), and the run
+   state was sized by it: a 4 KB file with seq_len 2^26 made every run touch
+   1 GB of RoPE tables (2^31 - 1: ~17 GB and minutes, or the OOM killer).
+   Now the state holds the -n positions only. Measured as the child's peak RSS. */
+static void test_huge_seq_len(const char *tokenizer) {
+    TinyModel m = tiny_model(1, 8);
+    Buffer v1 = write_v1(&m, 0, 0);
+    int32_t seq_len = 1 << 26;
+    memcpy(v1.data + 8 + 6 * 4, &seq_len, 4);
+    char *path = write_temp(v1.data, v1.n);
+    struct rusage before, after;
+    getrusage(RUSAGE_CHILDREN, &before);
+    RunResult r;
+    run_args(&r, NULL, path, "-z", tokenizer, "-n", "4", "-i", "1", NULL);
+    getrusage(RUSAGE_CHILDREN, &after);
+    check(r.status == 0, "v1 header with seq_len 2^26, -n 4: want exit 0, got %d: %s", r.status, r.err);
+    check(after.ru_maxrss < 400 * 1024, "v1 header with seq_len 2^26, -n 4: peak RSS %ld KB, want well under 1 GB",
+          after.ru_maxrss);
+    (void)before;
+    unlink(path), free(path), free(v1.data);
+    free_tiny(&m);
+}
+
+/* Audit: the issue's tokenizer rule, max_token_length not smaller than the
+   longest piece (llama2.c sizes a buffer from it). */
+static void test_max_token_length(const char *model) {
+    Buffer b = {0};
+    put_i32(&b, 1); /* pieces "10".."39" are 2 bytes */
+    for (int i = 0; i < 40; i++) {
+        char piece[4];
+        int n = snprintf(piece, sizeof piece, "%d", i);
+        put_f32(&b, -i), put_i32(&b, n), put(&b, piece, n);
+    }
+    char *path = write_temp(b.data, b.n);
+    RunResult r;
+    run_args(&r, NULL, model, "-z", path, "-n", "2", NULL);
+    check(r.status == 1 && strstr(r.err, path) && strstr(r.err, "longer than max_token_length 1") && single_line(r.err),
+          "piece longer than max_token_length: want exit 1 and a message, got %d: %s", r.status, r.err);
+    unlink(path), free(path), free(b.data);
+}
+
+/* Audit: strtof/strtoll skip leading white space, so " 5" passed as 5. */
+static void test_strict_numbers(const char *model, const char *tokenizer) {
+    static const char *bad[][2] = {{"-n", " 5"}, {"-t", " 1"}, {"-s", "\t3"}, {"-p", "\n0.5"}, {"-j", " 1"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        RunResult r;
+        run_args(&r, NULL, model, "-z", tokenizer, bad[i][0], bad[i][1], NULL);
+        check(r.status == 1 && strstr(r.err, "usage:") && strstr(r.err, bad[i][0]),
+              "flag %s '%s' with leading space: want exit 1 with the usage line, got %d: %s", bad[i][0], bad[i][1],
+              r.status, r.err);
+    }
+}
+
+/* Audit (race.patch): the projections of one dispatch shared the out_t scratch
+   rows, so a batched prompt on 2 threads could give different logits from run to
+   run (3 in 30 greedy runs differed). Timing-dependent: this catches it often, and
+   TSan always (clang -fsanitize=thread). Prompts of 13+ tokens take the threaded path. */
+static void test_threads_deterministic(void) {
+    if (!have_shared()) return;
+    char model[4096], tok[4096];
+    snprintf(model, sizeof model, "%s/models/stories260K.bin", shared_dir());
+    snprintf(tok, sizeof tok, "%s/models/aidreams_tok512.bin", shared_dir());
+    const char *prompt = "Once upon a time there was a little girl named Lily who loved to play outside in the "
+                         "park with her friends and her dog, and one day she found a big red ball under a tree";
+    static RunResult one, many;
+    run_args(&one, NULL, model, "-z", tok, "-t", "0", "-n", "120", "-j", "1", "-i", prompt, NULL);
+    int same = one.status == 0;
+    for (int i = 0; i < 12 && same; i++) {
+        run_args(&many, NULL, model, "-z", tok, "-t", "0", "-n", "120", "-j", "2", "-i", prompt, NULL);
+        same = many.status == 0 && strcmp(one.out, many.out) == 0;
+    }
+    check(same, "greedy text with 2 threads equals 1 thread's, every time (scratch rows not shared)");
+}
+
+static void test_fuzz_regressions(const char *model, const char *tokenizer) {
+    test_quantize_odd_values();
+    test_nan_weights_run(tokenizer);
+    test_small_vocab(tokenizer);
+    test_huge_seq_len(tokenizer);
+    test_max_token_length(model);
+    test_strict_numbers(model, tokenizer);
+    test_threads_deterministic();
+}
+
 int main(void) {
     test_rmsnorm();
     test_softmax();
@@ -1084,6 +1262,7 @@ int main(void) {
     test_tokenizer_errors(model);
     test_flags(model, tokenizer);
     test_generate_limits(model, tokenizer);
+    test_fuzz_regressions(model, tokenizer);
     unlink(model), unlink(tokenizer), free(model), free(tokenizer), free(v0.data), free(tb.data);
     free_tiny(&m);
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Seed corpus for fuzz.c's targets: `python3 seeds_for_fuzz.py SHARED OUT`.
+
+Writes OUT/checkpoint, OUT/tokenizer and OUT/encode from the shared models,
+tokenizers and tokenizer cases, plus small generated files (tiny checkpoints of
+every layout, cut and damaged copies). Standard library only; deterministic."""
+
+import json
+import os
+import random
+import struct
+import sys
+
+rng = random.Random(1234)
+
+
+def write(directory, name, data):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data)
+
+
+def floats(n, scale=0.5):
+    return struct.pack("<%df" % n, *(rng.uniform(-scale, scale) for _ in range(n)))
+
+
+def tiny_checkpoint(version, dim, hidden, layers, heads, kv_heads, vocab, seq_len, shared, group=0):
+    """A checkpoint of the given shape with random weights, in run.c's layouts."""
+    head = dim // heads
+    kv_dim = head * kv_heads
+    shapes = [(dim, dim), (kv_dim, dim), (kv_dim, dim), (dim, dim), (hidden, dim), (dim, hidden), (hidden, dim)]
+    if version == 0:
+        out = struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab if shared else -vocab, seq_len)
+        out += floats(vocab * dim) + floats(layers * dim, 1.0)
+        for rows, cols in shapes[:4]:
+            out += floats(layers * rows * cols)
+        out += floats(layers * dim, 1.0)
+        for rows, cols in shapes[4:]:
+            out += floats(layers * rows * cols)
+        out += floats(dim, 1.0) + floats(seq_len * head)
+        if not shared:
+            out += floats(vocab * dim)
+        return out
+    header = struct.pack("<Ii7i", 0x616B3432, version, dim, hidden, layers, heads, kv_heads, vocab, seq_len)
+    header += struct.pack("<B", 1 if shared else 0) + struct.pack("<i", group if version == 2 else 0)
+    header += b"\0" * (44 - len(header)) + struct.pack("<ff", 10000.0, 1e-5)
+    header += b"\0" * (256 - len(header))
+
+    def matrix(rows, cols):
+        if version == 1:
+            return floats(rows * cols)
+        n = rows * cols
+        return bytes(rng.randrange(256) for _ in range(n)) + floats(n // group, 0.01)
+
+    out = header + floats(layers * dim, 1.0) + floats(layers * dim, 1.0) + floats(dim, 1.0)
+    out += matrix(vocab, dim)
+    for rows, cols in shapes:
+        for _ in range(layers):
+            out += matrix(rows, cols)
+    if not shared:
+        out += matrix(vocab, dim)
+    return out
+
+
+def tokenizer_file(pieces, max_len=None):
+    longest = max((len(p) for p, _ in pieces), default=1)
+    out = struct.pack("<i", max_len if max_len is not None else max(longest, 1))
+    for text, score in pieces:
+        out += struct.pack("<fi", score, len(text)) + text
+    return out
+
+
+def read_pieces(data, count):
+    """The first `count` pieces of a tokenizer.bin, as (bytes, score)."""
+    pieces, at = [], 4
+    for _ in range(count):
+        score, n = struct.unpack_from("<fi", data, at)
+        pieces.append((data[at + 8:at + 8 + n], score))
+        at += 8 + n
+    return pieces
+
+
+def with_vocab(data, vocab):
+    """The tokenizer target's input: the file, then vocab_size - 1 as two bytes."""
+    return data + struct.pack("<H", vocab - 1)
+
+
+def main():
+    shared, out = sys.argv[1], sys.argv[2]
+    ck_dir, tok_dir, enc_dir = (os.path.join(out, d) for d in ("checkpoint", "tokenizer", "encode"))
+
+    # checkpoints: the shared models, tiny ones of every layout, damaged copies
+    models = os.path.join(shared, "models")
+    if os.path.isdir(models):
+        for name in sorted(os.listdir(models)):
+            if name.endswith(".bin") and "tok" not in name:
+                with open(os.path.join(models, name), "rb") as f:
+                    write(ck_dir, name, f.read())
+    tiny = {
+        "v0_shared": tiny_checkpoint(0, 8, 16, 1, 2, 1, 8, 4, True),
+        "v0_separate": tiny_checkpoint(0, 8, 12, 2, 2, 2, 6, 3, False),
+        "v0_seq1": tiny_checkpoint(0, 4, 4, 1, 2, 2, 3, 1, True),
+        "v1_shared": tiny_checkpoint(1, 8, 16, 1, 4, 2, 8, 5, True),
+        "v1_separate": tiny_checkpoint(1, 4, 8, 1, 1, 1, 5, 2, False),
+        "v2_g4": tiny_checkpoint(2, 8, 16, 1, 2, 1, 8, 4, True, 4),
+        "v2_g8_separate": tiny_checkpoint(2, 8, 24, 2, 2, 2, 4, 6, False, 8),
+        "v2_g2": tiny_checkpoint(2, 4, 6, 1, 2, 1, 4, 3, True, 2),
+        "v2_g64": tiny_checkpoint(2, 64, 64, 1, 4, 4, 16, 2, True, 64),
+    }
+    for name, data in tiny.items():
+        write(ck_dir, name, data)
+    base = tiny["v0_shared"]
+    write(ck_dir, "cut_header", base[:20])
+    write(ck_dir, "cut_weights", base[:-4])
+    write(ck_dir, "trailing", base + b"\0\0\0\0")
+    write(ck_dir, "v1_cut_header", tiny["v1_shared"][:100])
+    write(ck_dir, "v1_version9", tiny["v1_shared"][:4] + struct.pack("<i", 9) + tiny["v1_shared"][8:])
+    write(ck_dir, "v1_nan_eps", tiny["v1_shared"][:48] + struct.pack("<f", float("nan")) + tiny["v1_shared"][52:])
+    write(ck_dir, "huge_header", struct.pack("<7i", 65536, 2**31 - 1, 2**31 - 1, 2, 2, 2**31 - 1, 2**31 - 1))
+    write(ck_dir, "empty", b"")
+
+    # tokenizers: the input is the file, then vocab_size - 1 as two bytes
+    llama = None
+    if os.path.exists("tokenizer.bin"):
+        with open("tokenizer.bin", "rb") as f:
+            llama = f.read()
+        write(tok_dir, "llama2_32000", with_vocab(llama, 32000))
+        first = read_pieces(llama, 300)
+        write(tok_dir, "llama2_first300", with_vocab(tokenizer_file(first), 300))
+        write(tok_dir, "llama2_first300_vocab400", with_vocab(tokenizer_file(first), 400))
+    small_path = os.path.join(models, "aidreams_tok512.bin")
+    if os.path.exists(small_path):
+        with open(small_path, "rb") as f:
+            small = f.read()
+        write(tok_dir, "aidreams_512", with_vocab(small, 512))
+        write(tok_dir, "aidreams_first40", with_vocab(tokenizer_file(read_pieces(small, 40)), 40))
+    made = [(b"<unk>", 0.0), (b"\n<s>\n", 0.0), (b"\n</s>\n", 0.0), (b"<0x41>", 0.0), (b" ", -1.0),
+            (b"a", -2.0), (b" a", -1.5), (b"ab", -1.0), (b"\xe2\x96\x81", -3.0), (b"", -4.0)]
+    made_file = tokenizer_file(made)
+    write(tok_dir, "made10", with_vocab(made_file, 10))
+    write(tok_dir, "made10_vocab3", with_vocab(made_file, 3))
+    write(tok_dir, "made_cut", with_vocab(made_file[:-3], 10))
+    write(tok_dir, "made_negative_len", with_vocab(made_file[:8] + struct.pack("<i", -1) + made_file[12:], 10))
+    write(tok_dir, "made_nan_score", with_vocab(made_file[:4] + struct.pack("<f", float("inf")) + made_file[8:], 10))
+    write(tok_dir, "made_max0", with_vocab(tokenizer_file(made, 0), 10))
+
+    # encoder: the SentencePiece cases' texts, and some odd bytes
+    cases = os.path.join(shared, "tokenizer", "llama2_cases.jsonl")
+    if os.path.exists(cases):
+        with open(cases, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                text = json.loads(line)["text"]
+                write(enc_dir, "case%03d" % i, text.encode("utf-8", "surrogatepass"))
+    odd = [b"", b" ", b"\xff\xfe", b"\xc3", b"\xe2\x96\x81\xe2\x96\x81", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+           b"\xc0\xaf", b"<s></s><unk><0x41>", b"\x00a\x00", b"Once upon a time " * 20, "日本語テキスト".encode()]
+    for i, text in enumerate(odd):
+        write(enc_dir, "odd%02d" % i, text)
+
+
+if __name__ == "__main__":
+    main()
