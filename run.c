@@ -3,12 +3,14 @@
    ./run model.bin -i "Once upon a time"
 
    The program memory-maps a flat checkpoint (llama2.c's legacy layout, or the
-   versioned layouts with a 256-byte header), encodes the prompt with a
-   SentencePiece-compatible BPE tokenizer, and then loops: forward() turns one
-   token at one position into logits over the vocabulary, the sampler picks the
-   next token, and its text piece is printed. Sections follow that data flow:
-   config and weights, run state, math blocks, forward(), tokenizer, sampler,
-   generate/chat, command line. */
+   versioned layouts with a 256-byte header, fp32 or int8), encodes the prompt
+   with a SentencePiece-compatible BPE tokenizer, and then loops: forward()
+   turns one token at one position into logits over the vocabulary, the sampler
+   picks the next token, and its text piece is printed. Sections follow that
+   data flow: config and weights, threads, run state, math blocks (the plain
+   kernels), their fast SIMD twins, batched matmul and attention, forward(),
+   tokenizer, sampler, generate/chat, command line. The fast kernels compute
+   exactly what the plain ones do, bit for bit, only faster. */
 
 #include <ctype.h>
 #include <errno.h>
@@ -1094,6 +1096,12 @@ static void swiglu_task(void *ctx, int begin, int end, int thread) {
     swiglu(job->hb + from, job->hb2 + from, to - from);
 }
 
+/* swiglu() over the whole batch, on all threads (an expf costs about 20 multiply-adds). */
+static void swiglu_batch(float *hb, const float *hb2, int n) {
+    SwigluJob job = {hb, hb2, n};
+    parallel_for(swiglu_task, &job, (n + 255) / 256, 20.0 * n);
+}
+
 typedef struct {
     RunState *s;
     const Config *c;
@@ -1133,6 +1141,13 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     }
 }
 
+/* Causal attention of layer l for the batch's T tokens at positions pos.., all
+   heads, on all threads: reads q, writes xb. */
+static void attention(RunState *s, const Config *c, int layer, int T, int pos) {
+    AttentionJob job = {s, c, layer, T, pos};
+    parallel_for(attention_task, &job, T * c->n_heads, (double)T * c->n_heads * (pos + T) * (c->dim / c->n_heads));
+}
+
 /* ------------------------------------------------------------------------- */
 /* forward(): tokens in, logits over the vocabulary out                       */
 
@@ -1163,8 +1178,7 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
             rope(s->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
             rope(k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
         }
-        AttentionJob job = {s, c, l, T, pos};
-        parallel_for(attention_task, &job, T * c->n_heads, (double)T * c->n_heads * (pos + T) * head_size);
+        attention(s, c, l, T, pos);
         Projection wo = {&w->wo[l], s->xb2, dim};
         matmul(s, s->xb, dim, T, gs, &wo, 1);
         add(s->x, s->xb2, T * dim);
@@ -1174,8 +1188,7 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
             rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
         Projection gate_up[2] = {{&w->w1[l], s->hb, hidden_dim}, {&w->w3[l], s->hb2, hidden_dim}};
         matmul(s, s->xb, dim, T, gs, gate_up, 2);
-        SwigluJob swiglu_job = {s->hb, s->hb2, T * hidden_dim};
-        parallel_for(swiglu_task, &swiglu_job, (T * hidden_dim + 255) / 256, 20.0 * T * hidden_dim); /* an expf: ~20 multiply-adds */
+        swiglu_batch(s->hb, s->hb2, T * hidden_dim);
         Projection down = {&w->w2[l], s->xb, dim};
         matmul(s, s->hb, hidden_dim, T, gs, &down, 1);
         add(s->x, s->xb, T * dim);
