@@ -814,19 +814,28 @@ static inline void reduce16_halves_epi32(const __m512i v[16], __m512i *lo, __m51
     *hi = _mm512_shuffle_i32x4(a, b, 0xDD);
 }
 
-/* int8 dot products of 64 bytes into 16 int32 partial sums. */
-static inline __m512i dot64_epi8(__m512i acc, __m512i w, __m512i x) {
+/* int8 dot products of 64 bytes into 16 int32 partial sums of (w + DOT_BIAS) * x:
+   vpdpbusd multiplies unsigned by signed bytes, so w goes in as w + 128, and
+   the caller subtracts 128 * sum(x), which is the same for every row. */
 #if defined(__AVX512VNNI__)
-    /* vpdpbusd multiplies unsigned by signed bytes: use |w| and x with w's sign */
-    __m512i x_signed = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
-    return _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), x_signed);
+#define DOT_BIAS 128
+static inline __m512i dot64_epi8(__m512i acc, __m512i w, __m512i x) {
+    return _mm512_dpbusd_epi32(acc, _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80)), x);
+}
 #else
+#define DOT_BIAS 0
+static inline __m512i dot64_epi8(__m512i acc, __m512i w, __m512i x) {
     __m512i lo = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
                                    _mm512_cvtepi8_epi16(_mm512_castsi512_si256(x)));
     __m512i hi = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1)),
                                    _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(x, 1)));
     return _mm512_add_epi32(acc, _mm512_add_epi32(lo, hi));
+}
 #endif
+
+/* The sum of 32 int8 values. */
+static inline int32_t sum32_epi8(__m256i x) {
+    return _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(x), _mm512_set1_epi16(1)));
 }
 
 /* val += ival * (16 rows' scales of group g) * input scale, in the plain order. */
@@ -853,6 +862,8 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                 for (int g = 0; g < groups; g += 2) {
                     __mmask64 m = g + 1 < groups ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFF;
                     __m512i x = _mm512_maskz_loadu_epi8(m, xq + g * 32);
+                    __m512i bias_lo = _mm512_set1_epi32(DOT_BIAS * sum32_epi8(_mm512_castsi512_si256(x)));
+                    __m512i bias_hi = _mm512_set1_epi32(DOT_BIAS * sum32_epi8(_mm512_extracti64x4_epi64(x, 1)));
                     for (int r = 0; r < 16; r++) {
                         const int8_t *row = block + (size_t)r * n + g * 32;
                         _mm_prefetch((const char *)(row + PREFETCH_BYTES), _MM_HINT_T0);
@@ -860,11 +871,16 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                     }
                     __m512i lo, hi;
                     reduce16_halves_epi32(sums, &lo, &hi);
-                    val = add_group(val, lo, block_scale, scale_index, g, xs[g]);
-                    if (g + 1 < groups) val = add_group(val, hi, block_scale, scale_index, g + 1, xs[g + 1]);
+                    val = add_group(val, _mm512_sub_epi32(lo, bias_lo), block_scale, scale_index, g, xs[g]);
+                    if (g + 1 < groups)
+                        val = add_group(val, _mm512_sub_epi32(hi, bias_hi), block_scale, scale_index, g + 1, xs[g + 1]);
                 }
             } else {
                 for (int g = 0; g < groups; g++) {
+                    int32_t x_sum = 0;
+                    for (int k = g * group_size; k < (g + 1) * group_size; k += 32)
+                        x_sum += sum32_epi8(_mm256_loadu_si256((const __m256i *)(xq + k)));
+                    __m512i bias = _mm512_set1_epi32(DOT_BIAS * x_sum);
                     for (int r = 0; r < 16; r++) {
                         __m512i acc = _mm512_setzero_si512();
                         const int8_t *row = block + (size_t)r * n;
@@ -874,7 +890,7 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                         }
                         sums[r] = acc;
                     }
-                    val = add_group(val, reduce16_epi32(sums), block_scale, scale_index, g, xs[g]);
+                    val = add_group(val, _mm512_sub_epi32(reduce16_epi32(sums), bias), block_scale, scale_index, g, xs[g]);
                 }
             }
             _mm512_storeu_ps(out + i, val);
