@@ -447,7 +447,7 @@ typedef struct {
     float *hb;     /* feed-forward gate [MAX_BATCH][hidden_dim] */
     float *hb2;    /* feed-forward up [MAX_BATCH][hidden_dim] */
     float *q;      /* queries [MAX_BATCH][dim] */
-    float *att;    /* attention scores, a row per thread [n_threads][seq_len] */
+    float *att;    /* attention scores, per thread a row per head of a KV group [n_threads][n_heads / n_kv_heads][seq_len] */
     float *logits; /* of the batch's last token [vocab_size] */
     float *key_cache;   /* [n_layers][seq_len][kv_dim] */
     float *value_cache; /* [n_layers][seq_len][kv_dim] */
@@ -474,7 +474,7 @@ static void init_run_state(RunState *s, const Config *c) {
     s->hb = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     s->hb2 = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     s->q = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    s->att = xcalloc((size_t)pool.n_threads * c->seq_len, sizeof(float));
+    s->att = xcalloc((size_t)pool.n_threads * (c->n_heads / c->n_kv_heads) * c->seq_len, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
     /* written now, so that the first tokens do not pay for the pages' first touch */
     s->key_cache = xmalloc(cache * sizeof(float));
@@ -710,6 +710,70 @@ static void matvec_simd(float *out, const float *x, const float *w, int n, size_
         _mm512_storeu_ps(out + i, acc);
     }
     matvec_plain(out, x, w, n, stride, i, end);
+}
+
+/* Attention scores of n_q query heads that share one KV head:
+   att[h * att_stride + t] = q_h . key_t for t < n_keys, as matvec_simd would
+   give for each head, with each 16x16 block of keys transposed once for all. */
+static void scores_simd(float *att, size_t att_stride, const float *q, int n_q, const float *keys, int n_keys,
+                        int head_size, size_t kv_dim) {
+    int t = 0;
+    for (; t + 16 <= n_keys; t += 16) {
+        const float *block = keys + t * kv_dim;
+        for (int h0 = 0; h0 < n_q; h0 += 8) {
+            int nh = n_q - h0 < 8 ? n_q - h0 : 8;
+            __m512 acc[8];
+            for (int h = 0; h < nh; h++) acc[h] = _mm512_setzero_ps();
+            for (int j = 0; j < head_size; j += 16) {
+                int cols = head_size - j < 16 ? head_size - j : 16;
+                __mmask16 mask = (__mmask16)((1u << cols) - 1);
+                __m512 r[16];
+                for (int k = 0; k < 16; k++) r[k] = _mm512_maskz_loadu_ps(mask, block + k * kv_dim + j);
+                transpose16(r);
+                for (int c = 0; c < cols; c++)
+                    for (int h = 0; h < nh; h++)
+                        acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(r[c], _mm512_set1_ps(q[(h0 + h) * head_size + j + c])));
+            }
+            for (int h = 0; h < nh; h++) _mm512_storeu_ps(att + (h0 + h) * att_stride + t, acc[h]);
+        }
+    }
+    for (int h = 0; h < n_q; h++) matvec_plain(att + h * att_stride, q + h * head_size, keys, head_size, kv_dim, t, n_keys);
+}
+
+/* attention_head for each of n_q query heads that share one KV head, with the
+   same sums for each head, but every key and value row read once for all of
+   them. att holds n_q rows of att_stride. */
+static void attention_group_simd(float *out, const float *q, const float *keys, const float *values, float *att,
+                                 size_t att_stride, int pos, int head_size, int kv_dim, int n_q) {
+    scores_simd(att, att_stride, q, n_q, keys, pos + 1, head_size, kv_dim);
+    for (int h = 0; h < n_q; h++) {
+        float *a = att + h * att_stride;
+        for (int t = 0; t <= pos; t++) a[t] /= sqrtf(head_size);
+        softmax(a, pos + 1);
+    }
+    if (head_size % 16 || head_size > 128) {
+        memset(out, 0, (size_t)n_q * head_size * sizeof(float));
+        for (int t = 0; t <= pos; t++) {
+            const float *v = values + (size_t)t * kv_dim;
+            for (int h = 0; h < n_q; h++) {
+                float a = att[h * att_stride + t], *o = out + h * head_size;
+                for (int i = 0; i < head_size; i++) o[i] += a * v[i];
+            }
+        }
+        return;
+    }
+    /* each head's output stays in registers while the value rows stream past */
+    int vectors = head_size / 16;
+    for (int h = 0; h < n_q; h++) {
+        __m512 acc[8];
+        for (int k = 0; k < vectors; k++) acc[k] = _mm512_setzero_ps();
+        for (int t = 0; t <= pos; t++) {
+            const float *v = values + (size_t)t * kv_dim;
+            __m512 a = _mm512_set1_ps(att[h * att_stride + t]);
+            for (int k = 0; k < vectors; k++) acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(a, _mm512_loadu_ps(v + 16 * k)));
+        }
+        for (int k = 0; k < vectors; k++) _mm512_storeu_ps(out + h * head_size + 16 * k, acc[k]);
+    }
 }
 
 /* Batched matvec with one token per lane: out_t[i][t] = W[i] . x[t], where the
@@ -1139,7 +1203,22 @@ static void attention_head(float *out, const float *q, const float *keys, const 
     }
 }
 
-/* Units are the (token, head) pairs of the batch. */
+/* Attention for the n_q query heads that share one KV head (their q and out
+   are consecutive heads). */
+static void attention_group(float *out, const float *q, const float *keys, const float *values, float *att,
+                            size_t att_stride, int pos, int head_size, int kv_dim, int n_q) {
+#ifdef HAVE_SIMD
+    if (n_q > 1) {
+        attention_group_simd(out, q, keys, values, att, att_stride, pos, head_size, kv_dim, n_q);
+        return;
+    }
+#endif
+    for (int h = 0; h < n_q; h++)
+        attention_head(out + h * head_size, q + h * head_size, keys, values, att + h * att_stride, pos, head_size, kv_dim);
+}
+
+/* Units are the (token, KV head) pairs of the batch; each does the query
+   heads that share that KV head (grouped-query attention). */
 static void attention_task(void *ctx, int begin, int end, int thread) {
     AttentionJob *job = ctx;
     const Config *c = job->c;
@@ -1148,12 +1227,12 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     int heads_per_kv = c->n_heads / c->n_kv_heads;
     size_t layer_offset = (size_t)job->layer * s->n_pos * kv_dim;
     for (int unit = begin; unit < end; unit++) {
-        int t = unit / c->n_heads, h = unit % c->n_heads;
-        int kv_head = h / heads_per_kv; /* grouped-query attention */
-        attention_head(s->xb + (size_t)t * c->dim + h * head_size, s->q + (size_t)t * c->dim + h * head_size,
-                       s->key_cache + layer_offset + kv_head * head_size,
-                       s->value_cache + layer_offset + kv_head * head_size,
-                       s->att + (size_t)thread * s->n_pos, job->pos + t, head_size, kv_dim);
+        int t = unit / c->n_kv_heads, kv_head = unit % c->n_kv_heads;
+        size_t first_head = (size_t)t * c->dim + (size_t)kv_head * heads_per_kv * head_size;
+        attention_group(s->xb + first_head, s->q + first_head, s->key_cache + layer_offset + kv_head * head_size,
+                        s->value_cache + layer_offset + kv_head * head_size,
+                        s->att + (size_t)thread * heads_per_kv * s->n_pos, s->n_pos, job->pos + t, head_size, kv_dim,
+                        heads_per_kv);
     }
 }
 
@@ -1161,7 +1240,7 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
    heads, on all threads: reads q, writes xb. */
 static void attention(RunState *s, const Config *c, int layer, int T, int pos) {
     AttentionJob job = {s, c, layer, T, pos};
-    parallel_for(attention_task, &job, T * c->n_heads, (double)T * c->n_heads * (pos + T) * (c->dim / c->n_heads));
+    parallel_for(attention_task, &job, T * c->n_kv_heads, (double)T * c->n_heads * (pos + T) * (c->dim / c->n_heads));
 }
 
 /* ------------------------------------------------------------------------- */

@@ -302,6 +302,18 @@ static void test_attention(void) {
     check(max_abs_diff(out, ref, HS) < 1e-6, "attention head differs from softmax(qK/sqrt(d))V");
 }
 
+/* Query heads sharing a KV head, all at once, against attention_head per head. */
+static void test_attention_group(void) {
+    enum { HS = 48, KV_DIM = 96, POS = 37, NQ = 4 };
+    float *q = random_tensor(NQ * HS, 1, 0), *keys = random_tensor((POS + 1) * KV_DIM, 1, 0);
+    float *values = random_tensor((POS + 1) * KV_DIM, 1, 0), att[NQ * (POS + 1)];
+    float plain[NQ * HS], grouped[NQ * HS];
+    for (int h = 0; h < NQ; h++) attention_head(plain + h * HS, q + h * HS, keys, values, att, POS, HS, KV_DIM);
+    attention_group(grouped, q, keys, values, att, POS + 1, POS, HS, KV_DIM, NQ);
+    check(memcmp(plain, grouped, sizeof plain) == 0, "grouped attention differs from attention_head per head");
+    free(q), free(keys), free(values);
+}
+
 static void test_swiglu(void) {
     float h[4] = {-2, 0, 1, 3}, h2[4] = {1, 5, -2, 0.5f};
     double ref[4];
@@ -1242,6 +1254,7 @@ int main(void) {
     test_batched_matmul();
     test_rope();
     test_attention();
+    test_attention_group();
     test_swiglu();
     test_rng();
     test_sampler();
