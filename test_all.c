@@ -710,7 +710,9 @@ static void reference_logits(const TinyModel *m, const int *tokens, int n, doubl
 }
 
 /* Runs run.c's forward over tokens and compares the last logits with the reference. */
-static double forward_error(const char *path, const TinyModel *m, double theta, double eps) {
+/* The largest difference between run.c's logits and the reference's over six
+   positions; *scale gets the largest reference logit, in absolute value. */
+static double forward_error(const char *path, const TinyModel *m, double theta, double eps, double *scale) {
     Checkpoint ck;
     open_checkpoint(&ck, path);
     RunState s;
@@ -721,6 +723,7 @@ static double forward_error(const char *path, const TinyModel *m, double theta, 
         float *logits = forward(&ck, &s, tokens[n - 1], n - 1);
         reference_logits(m, tokens, n, theta, eps, ref);
         worst = fmax(worst, max_abs_diff(logits, ref, m->vocab));
+        for (int i = 0; i < m->vocab; i++) *scale = fmax(*scale, fabs(ref[i]));
     }
     free_run_state(&s);
     close_checkpoint(&ck);
@@ -758,19 +761,22 @@ static void test_forward_matches_reference(void) {
         Buffer v0 = write_v0(&m), v1 = write_v1(&m, 0, 0), v1_theta = write_v1(&m, 500000.0f, 1e-6f);
         char *p0 = write_temp(v0.data, v0.n), *p1 = write_temp(v1.data, v1.n);
         char *p2 = write_temp(v1_theta.data, v1_theta.n);
-        double e0 = forward_error(p0, &m, 10000, 1e-5), e1 = forward_error(p1, &m, 10000, 1e-5);
-        double e2 = forward_error(p2, &m, 500000, 1e-6);
+        double scale = 0;
+        double e0 = forward_error(p0, &m, 10000, 1e-5, &scale), e1 = forward_error(p1, &m, 10000, 1e-5, &scale);
+        double e2 = forward_error(p2, &m, 500000, 1e-6, &scale);
         check(e0 < 1e-4, "v0 forward (shared=%d) is off the reference by %g", shared, e0);
         check(e1 < 1e-4, "v1 forward (shared=%d) is off the reference by %g", shared, e1);
         check(e2 < 1e-4, "v1 forward with rope_theta 5e5, eps 1e-6 (shared=%d) is off by %g", shared, e2);
         test_batched_forward(p0, "v0");
         test_batched_forward(p2, "v1");
         /* int8: the reference runs on the dequantized weights; activations are
-           quantized too, so agreement is to a few percent of the logits' range */
+           quantized too, so agreement is to a few percent of the largest logit
+           (1-5% seen with these tiny random models; a misread tensor is ~100%) */
         Buffer v2 = write_v2(&m, 8);
         char *p3 = write_temp(v2.data, v2.n);
-        double e3 = forward_error(p3, &m, 10000, 1e-5);
-        check(e3 < 0.15, "v2 forward (shared=%d) is off the reference by %g", shared, e3);
+        double q_scale = 0, e3 = forward_error(p3, &m, 10000, 1e-5, &q_scale);
+        check(e3 < 0.1 * q_scale, "v2 forward (shared=%d) is off the reference by %g (largest logit %g)", shared, e3,
+              q_scale);
         test_batched_forward(p3, "v2");
         unlink(p3), free(p3), free(v2.data);
         unlink(p0), unlink(p1), unlink(p2);
