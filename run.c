@@ -1036,6 +1036,14 @@ static void matvec(float *out, const float *x, const float *w, int n, size_t str
 #endif
 }
 
+static void quantize_fast(int8_t *q, float *scale, const float *x, int n, int group_size) {
+#ifdef HAVE_SIMD
+    quantize_simd(q, scale, x, n, group_size);
+#else
+    quantize(q, scale, x, n, group_size);
+#endif
+}
+
 static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                       int begin, int end) {
 #ifdef HAVE_SIMD
@@ -1067,21 +1075,22 @@ typedef struct {
 typedef struct {
     RunState *s;
     const float *x;
-    int n, T, group_size;
+    int group_size;
+    int with_sums; /* also each group's sum of int8 values, for the batched int8 kernel */
 } QuantizeJob;
 
 /* Units are the groups of the batch's rows, which lie end to end. */
 static void quantize_task(void *ctx, int begin, int end, int thread) {
     QuantizeJob *job = ctx;
+    RunState *s = job->s;
+    int gs = job->group_size;
     (void)thread;
-    size_t offset = (size_t)begin * job->group_size;
-#ifdef HAVE_SIMD
-    quantize_simd(job->s->xq.q + offset, job->s->xq.scale + begin, job->x + offset, (end - begin) * job->group_size,
-                  job->group_size);
-#else
-    quantize(job->s->xq.q + offset, job->s->xq.scale + begin, job->x + offset, (end - begin) * job->group_size,
-             job->group_size);
-#endif
+    quantize_fast(s->xq.q + (size_t)begin * gs, s->xq.scale + begin, job->x + (size_t)begin * gs, (end - begin) * gs, gs);
+    for (int g = begin; job->with_sums && g < end; g++) {
+        int32_t sum = 0;
+        for (int k = 0; k < gs; k++) sum += s->xq.q[(size_t)g * gs + k];
+        s->x_sum[g] = sum;
+    }
 }
 
 /* Rows [begin, end) of one projection; out_t is its own scratch area. */
@@ -1132,19 +1141,15 @@ static void matmul_task(void *ctx, int begin, int end, int thread) {
    prepared (quantized, or transposed for the batched kernels) once for all. */
 static void matmul(RunState *s, const float *x, int n, int T, int group_size, const Projection *proj, int count) {
     if (proj[0].w->q) {
-        int groups = n / group_size;
-        QuantizeJob quantize_job = {s, x, n, T, group_size};
+        int groups = n / group_size, batched = 0;
+#ifdef HAVE_Q8_TOKENS
+        batched = T > 1 && group_size % 4 == 0; /* matmul_q8_tokens_simd will run */
+#endif
+        QuantizeJob quantize_job = {s, x, group_size, batched};
         parallel_for(quantize_task, &quantize_job, T * groups, 10.0 * T * n);
 #ifdef HAVE_Q8_TOKENS
-        if (T > 1 && group_size % 4 == 0) { /* the layout of matmul_q8_tokens_simd */
+        if (batched) { /* its input layout, by 32-bit transposes: four int8 values, a group sum or a scale at a time */
             int width = (T + 15) / 16 * 16;
-            for (int t = 0; t < T; t++)
-                for (int g = 0; g < groups; g++) {
-                    int32_t sum = 0;
-                    for (int k = 0; k < group_size; k++) sum += s->xq.q[(size_t)t * n + g * group_size + k];
-                    s->x_sum[(size_t)t * groups + g] = sum;
-                }
-            /* 32-bit transposes: four int8 values, a group sum or a scale at a time */
             transpose((float *)s->xq_t, width, (const float *)s->xq.q, n / 4, T, n / 4);
             transpose((float *)s->x_sum_t, width, (const float *)s->x_sum, groups, T, groups);
             transpose(s->x_t, width, s->xq.scale, groups, T, groups);
