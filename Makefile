@@ -14,8 +14,9 @@ ifdef PLAIN
 BASEFLAGS += -DRUN_PLAIN
 endif
 # float-cast-overflow: GCC's -fsanitize=undefined leaves it out (clang's has it);
-# it catches float -> int conversions out of range, e.g. NaN weights in quantize()
-SANITIZE = -g -O1 -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
+# it catches float -> int conversions out of range, e.g. NaN weights in quantize().
+# -march=native: the SIMD kernels are checked too, where the CPU has them
+SANITIZE = -g -O1 -march=native -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
 # a python3 with numpy, for test_export.py (Debian's python3-numpy lives in /usr/bin)
 PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && { echo $$p; break; }; done)
 export PYTHON

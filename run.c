@@ -447,7 +447,7 @@ typedef struct {
     float *hb;     /* feed-forward gate [MAX_BATCH][hidden_dim] */
     float *hb2;    /* feed-forward up [MAX_BATCH][hidden_dim] */
     float *q;      /* queries [MAX_BATCH][dim] */
-    float *att;    /* attention scores, per thread a row per head of a KV group [n_threads][n_heads / n_kv_heads][seq_len] */
+    float *att;    /* attention scores, per thread a row for each of 8 queries [n_threads][8][seq_len] */
     float *logits; /* of the batch's last token [vocab_size] */
     float *key_cache;   /* [n_layers][seq_len][kv_dim] */
     float *value_cache; /* [n_layers][seq_len][kv_dim] */
@@ -474,7 +474,7 @@ static void init_run_state(RunState *s, const Config *c) {
     s->hb = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     s->hb2 = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     s->q = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    s->att = xcalloc((size_t)pool.n_threads * (c->n_heads / c->n_kv_heads) * c->seq_len, sizeof(float));
+    s->att = xcalloc((size_t)pool.n_threads * 8 * c->seq_len, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
     /* written now, so that the first tokens do not pay for the pages' first touch */
     s->key_cache = xmalloc(cache * sizeof(float));
@@ -712,67 +712,170 @@ static void matvec_simd(float *out, const float *x, const float *w, int n, size_
     matvec_plain(out, x, w, n, stride, i, end);
 }
 
-/* Attention scores of n_q query heads that share one KV head:
-   att[h * att_stride + t] = q_h . key_t for t < n_keys, as matvec_simd would
-   give for each head, with each 16x16 block of keys transposed once for all. */
-static void scores_simd(float *att, size_t att_stride, const float *q, int n_q, const float *keys, int n_keys,
+/* 2^(i/32) for i = 0..31, rounded to double: the table glibc's expf uses. */
+static const double exp2_fraction[32] = {
+    0x1.0000000000000p+0, 0x1.059b0d3158574p+0, 0x1.0b5586cf9890fp+0, 0x1.11301d0125b51p+0,
+    0x1.172b83c7d517bp+0, 0x1.1d4873168b9aap+0, 0x1.2387a6e756238p+0, 0x1.29e9df51fdee1p+0,
+    0x1.306fe0a31b715p+0, 0x1.371a7373aa9cbp+0, 0x1.3dea64c123422p+0, 0x1.44e086061892dp+0,
+    0x1.4bfdad5362a27p+0, 0x1.5342b569d4f82p+0, 0x1.5ab07dd485429p+0, 0x1.6247eb03a5585p+0,
+    0x1.6a09e667f3bcdp+0, 0x1.71f75e8ec5f74p+0, 0x1.7a11473eb0187p+0, 0x1.82589994cce13p+0,
+    0x1.8ace5422aa0dbp+0, 0x1.93737b0cdc5e5p+0, 0x1.9c49182a3f090p+0, 0x1.a5503b23e255dp+0,
+    0x1.ae89f995ad3adp+0, 0x1.b7f76f2fb5e47p+0, 0x1.c199bdd85529cp+0, 0x1.cb720dcef9069p+0,
+    0x1.d5818dcfba487p+0, 0x1.dfc97337b9b5fp+0, 0x1.ea4afa2a490dap+0, 0x1.f50765b6e4540p+0,
+};
+
+/* glibc's expf for 8 floats, in double precision, with the same operations
+   (fused where its FMA build fuses them): x * 32/ln2 = k + r, |r| <= 1/2, and
+   exp(x) = 2^(k/32) * 2^(r/32), the latter from a cubic in r. */
+static inline __m256 expf8(__m256 x) {
+    const __m512d inv_ln2_32 = _mm512_set1_pd(0x1.71547652b82fep+5), round_shift = _mm512_set1_pd(0x1.8p+52);
+    __m512d xd = _mm512_cvtps_pd(x);
+    __m512d kd = _mm512_fmadd_pd(inv_ln2_32, xd, round_shift); /* k, rounded, in the low bits */
+    __m512i k = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, round_shift);
+    __m512d r = _mm512_fmsub_pd(inv_ln2_32, xd, kd);
+    /* 2^(k/32) = 2^((k mod 32)/32) from the table, times 2^floor(k/32) added to its exponent */
+    __m512i i = _mm512_and_si512(k, _mm512_set1_epi64(31));
+    const __m512i *table = (const __m512i *)exp2_fraction;
+    __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(table), i, _mm512_loadu_si512(table + 1));
+    __m512i high = _mm512_permutex2var_epi64(_mm512_loadu_si512(table + 2), i, _mm512_loadu_si512(table + 3));
+    __m512i fraction = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(i, _mm512_set1_epi64(16)), low, high);
+    __m512d scale = _mm512_castsi512_pd(
+        _mm512_add_epi64(fraction, _mm512_slli_epi64(_mm512_andnot_si512(_mm512_set1_epi64(31), k), 47)));
+    __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.c6af84b912394p-20), _mm512_set1_pd(0x1.ebfce50fac4f3p-13));
+    __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.62e42ff0c52d6p-6), _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(z, r2, y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, scale));
+}
+
+/* expf() of 16 floats, bit for bit what glibc's expf gives on a CPU with FMA
+   (every CPU with AVX-512): its main path covers [-103.28, 88.72], below
+   -103.97 it gives 0, and the few lanes left (NaN, overflow, the edge of
+   underflow) go to expf() itself. */
+static inline __m512 expf_simd(__m512 x) {
+    __m256 low = expf8(_mm512_castps512_ps256(x));
+    __m256 high = expf8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m512 y = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(low)), _mm256_castps_pd(high), 1));
+    __mmask16 main_path = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9d1d9ep+6f), _CMP_GE_OQ) &
+                          _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1.62e42ep+6f), _CMP_LE_OQ);
+    __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9fe368p+6f), _CMP_LT_OQ);
+    y = _mm512_maskz_mov_ps(main_path, y);
+    __mmask16 rest = (__mmask16) ~(main_path | zero);
+    if (rest) {
+        float in[16], out[16];
+        _mm512_storeu_ps(in, x);
+        _mm512_storeu_ps(out, y);
+        for (int k = 0; k < 16; k++)
+            if (rest >> k & 1) out[k] = expf(in[k]);
+        y = _mm512_loadu_ps(out);
+    }
+    return y;
+}
+
+/* softmax(), 16 exponentials at a time; the maximum is the plain loop's, and
+   the sum still runs in the plain order. */
+static void softmax_simd(float *x, int n) {
+    if (n < 16) {
+        softmax(x, n);
+        return;
+    }
+    __m512 lane_max = _mm512_set1_ps(x[0]);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        lane_max = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lane_max, _CMP_GT_OQ), lane_max, v);
+    }
+    float lanes[16], max_val = x[0];
+    _mm512_storeu_ps(lanes, lane_max);
+    for (int k = 0; k < 16; k++)
+        if (lanes[k] > max_val) max_val = lanes[k];
+    for (; i < n; i++)
+        if (x[i] > max_val) max_val = x[i];
+    float sum = 0.0f;
+    for (i = 0; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(x + i, expf_simd(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max_val))));
+        for (int k = 0; k < 16; k++) sum += x[i + k];
+    }
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - max_val);
+        sum += x[i];
+    }
+    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(sum)));
+    for (; i < n; i++) x[i] /= sum;
+}
+
+/* swiglu(), 16 values at a time. */
+static void swiglu_simd(float *hb, const float *hb2, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 val = _mm512_loadu_ps(hb + i);
+        __m512 minus_val = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(val), _mm512_set1_epi32(INT32_MIN)));
+        __m512 e = expf_simd(minus_val);
+        val = _mm512_mul_ps(val, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+        _mm512_storeu_ps(hb + i, _mm512_mul_ps(val, _mm512_loadu_ps(hb2 + i)));
+    }
+    swiglu(hb + i, hb2 + i, n - i);
+}
+
+/* Attention scores of up to 8 queries that share one KV head, for head sizes
+   that are a multiple of 16:
+   att[h * att_stride + t] = q[h] . key_t for t < n_keys, as matvec_simd would
+   give for each query, with each 16x16 block of keys transposed once for all. */
+static void scores_simd(float *att, size_t att_stride, const float *const *q, int n_q, const float *keys, int n_keys,
                         int head_size, size_t kv_dim) {
     int t = 0;
     for (; t + 16 <= n_keys; t += 16) {
         const float *block = keys + t * kv_dim;
-        for (int h0 = 0; h0 < n_q; h0 += 8) {
-            int nh = n_q - h0 < 8 ? n_q - h0 : 8;
-            __m512 acc[8];
-            for (int h = 0; h < nh; h++) acc[h] = _mm512_setzero_ps();
-            for (int j = 0; j < head_size; j += 16) {
-                int cols = head_size - j < 16 ? head_size - j : 16;
-                __mmask16 mask = (__mmask16)((1u << cols) - 1);
-                __m512 r[16];
-                for (int k = 0; k < 16; k++) r[k] = _mm512_maskz_loadu_ps(mask, block + k * kv_dim + j);
-                transpose16(r);
-                for (int c = 0; c < cols; c++)
-                    for (int h = 0; h < nh; h++)
-                        acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(r[c], _mm512_set1_ps(q[(h0 + h) * head_size + j + c])));
-            }
-            for (int h = 0; h < nh; h++) _mm512_storeu_ps(att + (h0 + h) * att_stride + t, acc[h]);
+        __m512 acc[8];
+        for (int h = 0; h < n_q; h++) acc[h] = _mm512_setzero_ps();
+        for (int j = 0; j < head_size; j += 16) {
+            __m512 r[16];
+            for (int k = 0; k < 16; k++) r[k] = _mm512_loadu_ps(block + k * kv_dim + j);
+            transpose16(r);
+            for (int c = 0; c < 16; c++)
+                for (int h = 0; h < n_q; h++) acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(r[c], _mm512_set1_ps(q[h][j + c])));
         }
+        for (int h = 0; h < n_q; h++) _mm512_storeu_ps(att + h * att_stride + t, acc[h]);
     }
-    for (int h = 0; h < n_q; h++) matvec_plain(att + h * att_stride, q + h * head_size, keys, head_size, kv_dim, t, n_keys);
+    for (int h = 0; h < n_q; h++) matvec_plain(att + h * att_stride, q[h], keys, head_size, kv_dim, t, n_keys);
 }
 
-/* attention_head for each of n_q query heads that share one KV head, with the
-   same sums for each head, but every key and value row read once for all of
-   them. att holds n_q rows of att_stride. */
-static void attention_group_simd(float *out, const float *q, const float *keys, const float *values, float *att,
-                                 size_t att_stride, int pos, int head_size, int kv_dim, int n_q) {
-    scores_simd(att, att_stride, q, n_q, keys, pos + 1, head_size, kv_dim);
-    for (int h = 0; h < n_q; h++) {
-        float *a = att + h * att_stride;
-        for (int t = 0; t <= pos; t++) a[t] /= sqrtf(head_size);
-        softmax(a, pos + 1);
-    }
-    if (head_size % 16 || head_size > 128) {
-        memset(out, 0, (size_t)n_q * head_size * sizeof(float));
-        for (int t = 0; t <= pos; t++) {
-            const float *v = values + (size_t)t * kv_dim;
-            for (int h = 0; h < n_q; h++) {
-                float a = att[h * att_stride + t], *o = out + h * head_size;
-                for (int i = 0; i < head_size; i++) o[i] += a * v[i];
+/* attention_head for the n_heads query heads of n_tokens consecutive tokens
+   (positions pos, pos + 1, ...) that share one KV head, 8 queries at a time:
+   each block of keys is transposed once for the 8, and each query's output
+   stays in registers while the value rows stream past (head sizes 16, 32, ...
+   128). The sums are attention_head's. att holds 8 rows of att_stride. */
+static void attention_block_simd(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                                 const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
+                                 int n_heads) {
+    int n_q = n_tokens * n_heads;
+    for (int first = 0; first < n_q; first += 8) {
+        int count = n_q - first < 8 ? n_q - first : 8, last[8];
+        const float *query[8];
+        float *query_out[8];
+        for (int k = 0; k < count; k++) {
+            int token = (first + k) / n_heads, head = (first + k) % n_heads;
+            query[k] = q + (size_t)token * dim + head * head_size;
+            query_out[k] = out + (size_t)token * dim + head * head_size;
+            last[k] = pos + token; /* causal: the last position this query sees */
+        }
+        scores_simd(att, att_stride, query, count, keys, last[count - 1] + 1, head_size, kv_dim);
+        for (int k = 0; k < count; k++) {
+            float *a = att + k * att_stride;
+            for (int t = 0; t <= last[k]; t++) a[t] /= sqrtf(head_size);
+            softmax_simd(a, last[k] + 1);
+            int vectors = head_size / 16;
+            __m512 acc[8];
+            for (int v = 0; v < vectors; v++) acc[v] = _mm512_setzero_ps();
+            for (int t = 0; t <= last[k]; t++) {
+                const float *v_row = values + (size_t)t * kv_dim;
+                __m512 weight = _mm512_set1_ps(a[t]);
+                for (int v = 0; v < vectors; v++)
+                    acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(weight, _mm512_loadu_ps(v_row + 16 * v)));
             }
+            for (int v = 0; v < vectors; v++) _mm512_storeu_ps(query_out[k] + 16 * v, acc[v]);
         }
-        return;
-    }
-    /* each head's output stays in registers while the value rows stream past */
-    int vectors = head_size / 16;
-    for (int h = 0; h < n_q; h++) {
-        __m512 acc[8];
-        for (int k = 0; k < vectors; k++) acc[k] = _mm512_setzero_ps();
-        for (int t = 0; t <= pos; t++) {
-            const float *v = values + (size_t)t * kv_dim;
-            __m512 a = _mm512_set1_ps(att[h * att_stride + t]);
-            for (int k = 0; k < vectors; k++) acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(a, _mm512_loadu_ps(v + 16 * k)));
-        }
-        for (int k = 0; k < vectors; k++) _mm512_storeu_ps(out + h * head_size + 16 * k, acc[k]);
     }
 }
 
@@ -1044,6 +1147,22 @@ static void quantize_fast(int8_t *q, float *scale, const float *x, int n, int gr
 #endif
 }
 
+static void softmax_fast(float *x, int n) {
+#ifdef HAVE_SIMD
+    softmax_simd(x, n);
+#else
+    softmax(x, n);
+#endif
+}
+
+static void swiglu_fast(float *hb, const float *hb2, int n) {
+#ifdef HAVE_SIMD
+    swiglu_simd(hb, hb2, n);
+#else
+    swiglu(hb, hb2, n);
+#endif
+}
+
 static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                       int begin, int end) {
 #ifdef HAVE_SIMD
@@ -1178,7 +1297,7 @@ static void swiglu_task(void *ctx, int begin, int end, int thread) {
     SwigluJob *job = ctx;
     int from = 256 * begin, to = 256 * end < job->n ? 256 * end : job->n;
     (void)thread;
-    swiglu(job->hb + from, job->hb2 + from, to - from);
+    swiglu_fast(job->hb + from, job->hb2 + from, to - from);
 }
 
 /* swiglu() over the whole batch, on all threads (an expf costs about 20 multiply-adds). */
@@ -1199,7 +1318,7 @@ static void attention_head(float *out, const float *q, const float *keys, const 
                            float *att, int pos, int head_size, int kv_dim) {
     matvec(att, q, keys, head_size, kv_dim, 0, pos + 1);
     for (int t = 0; t <= pos; t++) att[t] /= sqrtf(head_size);
-    softmax(att, pos + 1);
+    softmax_fast(att, pos + 1);
     memset(out, 0, head_size * sizeof(float));
     for (int t = 0; t <= pos; t++) {
         const float *v = values + (size_t)t * kv_dim;
@@ -1208,36 +1327,49 @@ static void attention_head(float *out, const float *q, const float *keys, const 
     }
 }
 
-/* Attention for the n_q query heads that share one KV head (their q and out
-   are consecutive heads). */
-static void attention_group(float *out, const float *q, const float *keys, const float *values, float *att,
-                            size_t att_stride, int pos, int head_size, int kv_dim, int n_q) {
+/* Attention for the n_heads query heads of n_tokens consecutive tokens that
+   share one KV head; q and out are rows of dim floats, from the first of
+   those heads on. The plain version: attention_head for each. */
+static void attention_block(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                            const float *values, float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
 #ifdef HAVE_SIMD
-    if (n_q > 1) {
-        attention_group_simd(out, q, keys, values, att, att_stride, pos, head_size, kv_dim, n_q);
+    if (head_size % 16 == 0 && head_size <= 128) {
+        attention_block_simd(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads);
         return;
     }
 #endif
-    for (int h = 0; h < n_q; h++)
-        attention_head(out + h * head_size, q + h * head_size, keys, values, att + h * att_stride, pos, head_size, kv_dim);
+    (void)att_stride;
+    for (int t = 0; t < n_tokens; t++)
+        for (int h = 0; h < n_heads; h++) {
+            size_t offset = (size_t)t * dim + h * head_size;
+            attention_head(out + offset, q + offset, keys, values, att, pos + t, head_size, kv_dim);
+        }
 }
 
-/* Units are the (token, KV head) pairs of the batch; each does the query
-   heads that share that KV head (grouped-query attention). */
+/* Tokens in one unit of attention work: enough that a unit has 8 queries
+   sharing its KV head, which attention_block_simd takes at once. */
+static int attention_tokens_per_unit(const Config *c) {
+    int heads_per_kv = c->n_heads / c->n_kv_heads;
+    return heads_per_kv >= 8 ? 1 : 8 / heads_per_kv;
+}
+
+/* Units are the (block of tokens, KV head) pairs of the batch; each does the
+   query heads that share that KV head (grouped-query attention). */
 static void attention_task(void *ctx, int begin, int end, int thread) {
     AttentionJob *job = ctx;
     const Config *c = job->c;
     RunState *s = job->s;
     int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
-    int heads_per_kv = c->n_heads / c->n_kv_heads;
+    int heads_per_kv = c->n_heads / c->n_kv_heads, per_unit = attention_tokens_per_unit(c);
     size_t layer_offset = (size_t)job->layer * s->n_pos * kv_dim;
     for (int unit = begin; unit < end; unit++) {
-        int t = unit / c->n_kv_heads, kv_head = unit % c->n_kv_heads;
-        size_t first_head = (size_t)t * c->dim + (size_t)kv_head * heads_per_kv * head_size;
-        attention_group(s->xb + first_head, s->q + first_head, s->key_cache + layer_offset + kv_head * head_size,
-                        s->value_cache + layer_offset + kv_head * head_size,
-                        s->att + (size_t)thread * heads_per_kv * s->n_pos, s->n_pos, job->pos + t, head_size, kv_dim,
-                        heads_per_kv);
+        int first = unit / c->n_kv_heads * per_unit, kv_head = unit % c->n_kv_heads;
+        int n_tokens = job->T - first < per_unit ? job->T - first : per_unit;
+        size_t first_head = (size_t)first * c->dim + (size_t)kv_head * heads_per_kv * head_size;
+        attention_block(s->xb + first_head, s->q + first_head, n_tokens, c->dim, job->pos + first,
+                        s->key_cache + layer_offset + kv_head * head_size,
+                        s->value_cache + layer_offset + kv_head * head_size, s->att + (size_t)thread * 8 * s->n_pos,
+                        s->n_pos, head_size, kv_dim, heads_per_kv);
     }
 }
 
@@ -1245,7 +1377,8 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
    heads, on all threads: reads q, writes xb. */
 static void attention(RunState *s, const Config *c, int layer, int T, int pos) {
     AttentionJob job = {s, c, layer, T, pos};
-    parallel_for(attention_task, &job, T * c->n_kv_heads, (double)T * c->n_heads * (pos + T) * (c->dim / c->n_heads));
+    int blocks = (T + attention_tokens_per_unit(c) - 1) / attention_tokens_per_unit(c);
+    parallel_for(attention_task, &job, blocks * c->n_kv_heads, (double)T * c->n_heads * (pos + T) * (c->dim / c->n_heads));
 }
 
 /* ------------------------------------------------------------------------- */
@@ -1705,7 +1838,7 @@ static int sample_topp(const float *probs, int n, float topp, ProbIndex *probind
 static int sample(Sampler *s, float *logits) {
     if (s->temperature == 0.0f) return sample_argmax(logits, s->vocab_size);
     for (int i = 0; i < s->vocab_size; i++) logits[i] /= s->temperature;
-    softmax(logits, s->vocab_size);
+    softmax_fast(logits, s->vocab_size);
     float coin = random_f32(&s->rng_state);
     if (s->topp <= 0 || s->topp >= 1) return sample_mult(logits, s->vocab_size, coin);
     return sample_topp(logits, s->vocab_size, s->topp, s->probindex, coin);

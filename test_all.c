@@ -302,16 +302,75 @@ static void test_attention(void) {
     check(max_abs_diff(out, ref, HS) < 1e-6, "attention head differs from softmax(qK/sqrt(d))V");
 }
 
-/* Query heads sharing a KV head, all at once, against attention_head per head. */
-static void test_attention_group(void) {
-    enum { HS = 48, KV_DIM = 96, POS = 37, NQ = 4 };
-    float *q = random_tensor(NQ * HS, 1, 0), *keys = random_tensor((POS + 1) * KV_DIM, 1, 0);
-    float *values = random_tensor((POS + 1) * KV_DIM, 1, 0), att[NQ * (POS + 1)];
-    float plain[NQ * HS], grouped[NQ * HS];
-    for (int h = 0; h < NQ; h++) attention_head(plain + h * HS, q + h * HS, keys, values, att, POS, HS, KV_DIM);
-    attention_group(grouped, q, keys, values, att, POS + 1, POS, HS, KV_DIM, NQ);
-    check(memcmp(plain, grouped, sizeof plain) == 0, "grouped attention differs from attention_head per head");
-    free(q), free(keys), free(values);
+/* Query heads of several tokens sharing a KV head, all at once, against
+   attention_head per token and head (causal: token t sees positions 0..pos+t). */
+static void test_attention_block(void) {
+    /* head size, KV heads' width, first position, tokens, query heads per KV head */
+    static const int shapes[][5] = {{48, 96, 37, 1, 4}, {48, 288, 0, 13, 1}, {64, 128, 20, 3, 8},
+                                    {16, 32, 100, 2, 3}, {6, 12, 4, 3, 2}, {144, 288, 9, 2, 2}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int hs = shapes[k][0], kv_dim = shapes[k][1], pos = shapes[k][2], n_tokens = shapes[k][3], n_heads = shapes[k][4];
+        int dim = n_heads * hs + 8, n_keys = pos + n_tokens; /* rows wider than the heads, as in a real batch */
+        float *q = random_tensor((size_t)n_tokens * dim, 2, 0), *keys = random_tensor((size_t)n_keys * kv_dim, 2, 0);
+        float *values = random_tensor((size_t)n_keys * kv_dim, 1, 0), *att = calloc(8 * (size_t)n_keys, sizeof(float));
+        float *plain = calloc((size_t)n_tokens * dim, sizeof(float)), *block = calloc((size_t)n_tokens * dim, sizeof(float));
+        for (int t = 0; t < n_tokens; t++)
+            for (int h = 0; h < n_heads; h++) {
+                size_t offset = (size_t)t * dim + h * hs;
+                attention_head(plain + offset, q + offset, keys, values, att, pos + t, hs, kv_dim);
+            }
+        attention_block(block, q, n_tokens, dim, pos, keys, values, att, n_keys, hs, kv_dim, n_heads);
+        check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
+              "attention_block (head size %d, %d tokens from position %d, %d heads) differs from attention_head", hs,
+              n_tokens, pos, n_heads);
+        free(q), free(keys), free(values), free(att), free(plain), free(block);
+    }
+}
+
+/* The fast softmax and swiglu against the plain ones, bit for bit, with
+   values far enough apart that exponentials underflow and overflow. */
+static void test_fast_softmax_swiglu(void) {
+    static const int sizes[] = {1, 5, 16, 17, 100, 2048, 32000};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int n = sizes[k];
+        float *x = random_tensor(n, 60, -10), *plain = malloc(n * sizeof(float)), *fast = malloc(n * sizeof(float));
+        memcpy(plain, x, n * sizeof(float));
+        memcpy(fast, x, n * sizeof(float));
+        softmax(plain, n);
+        softmax_fast(fast, n);
+        check(memcmp(plain, fast, n * sizeof(float)) == 0, "softmax_fast (n %d) differs from softmax", n);
+        float *h2 = random_tensor(n, 3, 0);
+        memcpy(plain, x, n * sizeof(float));
+        memcpy(fast, x, n * sizeof(float));
+        swiglu(plain, h2, n);
+        swiglu_fast(fast, h2, n);
+        check(memcmp(plain, fast, n * sizeof(float)) == 0, "swiglu_fast (n %d) differs from swiglu", n);
+        free(x), free(plain), free(fast), free(h2);
+    }
+#ifdef HAVE_SIMD
+    /* expf_simd against libm's expf, over every 997th float bit pattern and the
+       edges of its ranges (the whole 2^32 was checked once: no difference) */
+    static const float edges[] = {-0x1.9fe368p+6f, -0x1.9fe366p+6f, -0x1.9d1d9ep+6f, -0x1.9d1da0p+6f, 0x1.62e42ep+6f,
+                                  0x1.62e430p+6f, -INFINITY, INFINITY, 0.0f, -0.0f, 88.0f, -88.0f, 1e-30f, -1e-30f,
+                                  0x1p-149f, 0.5f};
+    int mismatches = 0;
+    float x[16], want[16], got[16];
+    for (uint64_t bits = 0; bits < (1ull << 32) + 16 * 997; bits += 16 * 997) {
+        for (int k = 0; k < 16; k++) {
+            uint32_t b = (uint32_t)(bits + k * 997);
+            memcpy(&x[k], &b, 4);
+            if (bits >= (1ull << 32)) x[k] = edges[k];
+            want[k] = expf(x[k]);
+        }
+        _mm512_storeu_ps(got, expf_simd(_mm512_loadu_ps(x)));
+        for (int k = 0; k < 16; k++)
+            if (memcmp(&want[k], &got[k], 4) != 0 && !(isnan(want[k]) && isnan(got[k]))) mismatches++;
+    }
+    check(mismatches == 0, "expf_simd differs from expf on %d inputs", mismatches);
+    int table_ok = 1;
+    for (int i = 0; i < 32; i++) table_ok &= exp2_fraction[i] == (double)exp2l(i / 32.0L);
+    check(table_ok, "exp2_fraction[i] is not 2^(i/32) rounded to double");
+#endif
 }
 
 static void test_swiglu(void) {
@@ -1260,7 +1319,8 @@ int main(void) {
     test_batched_matmul();
     test_rope();
     test_attention();
-    test_attention_group();
+    test_attention_block();
+    test_fast_softmax_swiglu();
     test_swiglu();
     test_rng();
     test_sampler();
