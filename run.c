@@ -462,6 +462,22 @@ typedef struct {
     int n_pos;          /* positions the caches and RoPE tables hold (<= seq_len) */
 } RunState;
 
+/* A zeroed buffer for the KV cache, which every token reads through: 2 MB
+   aligned and marked for transparent huge pages, so that walking it does not
+   cost a TLB miss every 4 KB (on virtual machines a costly one). */
+static float *alloc_cache(size_t count) {
+    size_t huge = (size_t)2 << 20;
+    if (count > (SIZE_MAX - huge) / sizeof(float)) fail("out of memory (asked for %zu floats)", count);
+    size_t bytes = (count * sizeof(float) + huge - 1) / huge * huge;
+    float *p = aligned_alloc(huge, bytes ? bytes : huge);
+    if (!p) fail("out of memory (asked for %zu bytes)", bytes);
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    memset(p, 0, bytes); /* now, so that the first tokens do not pay for the pages' first touch */
+    return p;
+}
+
 static void init_run_state(RunState *s, const Config *c) {
     size_t kv_dim = (size_t)c->dim / c->n_heads * c->n_kv_heads;
     size_t head_size = c->dim / c->n_heads;
@@ -476,11 +492,8 @@ static void init_run_state(RunState *s, const Config *c) {
     s->q = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
     s->att = xcalloc((size_t)pool.n_threads * 8 * c->seq_len, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
-    /* written now, so that the first tokens do not pay for the pages' first touch */
-    s->key_cache = xmalloc(cache * sizeof(float));
-    s->value_cache = xmalloc(cache * sizeof(float));
-    memset(s->key_cache, 0, cache * sizeof(float));
-    memset(s->value_cache, 0, cache * sizeof(float));
+    s->key_cache = alloc_cache(cache);
+    s->value_cache = alloc_cache(cache);
     s->xq.q = xcalloc(MAX_BATCH * widest, 1);
     s->xq.scale = xcalloc(MAX_BATCH * widest, sizeof(float));
     s->x_t = xcalloc(MAX_BATCH * widest, sizeof(float));
@@ -818,34 +831,78 @@ static void swiglu_simd(float *hb, const float *hb2, int n) {
     swiglu(hb + i, hb2 + i, n - i);
 }
 
-/* Attention scores of up to 8 queries that share one KV head, for head sizes
-   that are a multiple of 16:
-   att[h * att_stride + t] = q[h] . key_t for t < n_keys, as matvec_simd would
-   give for each query, with each 16x16 block of keys transposed once for all. */
-static void scores_simd(float *att, size_t att_stride, const float *const *q, int n_q, const float *keys, int n_keys,
-                        int head_size, size_t kv_dim) {
+/* Attention scores of Q queries that share one KV head, for head sizes 16,
+   32, ... 128: att[h * att_stride + t] = q[h] . key_t for t < n_keys, as
+   matvec_simd would give for each query. Each block of 16 keys is transposed
+   once (key t in lane t) and then serves all Q queries. */
+static inline __attribute__((always_inline)) void
+scores_simd(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
+            size_t kv_dim) {
     int t = 0;
     for (; t + 16 <= n_keys; t += 16) {
         const float *block = keys + t * kv_dim;
-        __m512 acc[8];
-        for (int h = 0; h < n_q; h++) acc[h] = _mm512_setzero_ps();
+        __m512 columns[128]; /* columns[j]: dimension j of the 16 keys */
         for (int j = 0; j < head_size; j += 16) {
-            __m512 r[16];
-            for (int k = 0; k < 16; k++) r[k] = _mm512_loadu_ps(block + k * kv_dim + j);
-            transpose16(r);
-            for (int c = 0; c < 16; c++)
-                for (int h = 0; h < n_q; h++) acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(r[c], _mm512_set1_ps(q[h][j + c])));
+            for (int k = 0; k < 16; k++) {
+                /* the cache rows are far apart: ask for the next block's now */
+                if (t + 32 <= n_keys) _mm_prefetch((const char *)(block + (16 + k) * kv_dim + j), _MM_HINT_T0);
+                columns[j + k] = _mm512_loadu_ps(block + k * kv_dim + j);
+            }
+            transpose16(columns + j);
         }
-        for (int h = 0; h < n_q; h++) _mm512_storeu_ps(att + h * att_stride + t, acc[h]);
+        __m512 acc[8];
+        for (int h = 0; h < Q; h++) acc[h] = _mm512_setzero_ps();
+        for (int j = 0; j < head_size; j++)
+            for (int h = 0; h < Q; h++) acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(columns[j], _mm512_set1_ps(q[h][j])));
+        for (int h = 0; h < Q; h++) _mm512_storeu_ps(att + h * att_stride + t, acc[h]);
     }
-    for (int h = 0; h < n_q; h++) matvec_plain(att + h * att_stride, q[h], keys, head_size, kv_dim, t, n_keys);
+    for (int h = 0; h < Q; h++) matvec_plain(att + h * att_stride, q[h], keys, head_size, kv_dim, t, n_keys);
+}
+
+/* out[k] = sum over t <= last[k] of att[k][t] * value_t, t in order, for G
+   queries and value rows of 16 * V floats: the sums stay in registers while
+   the rows stream past, each row loaded once for the G. last[] never
+   decreases, so they run together up to the first one's last position. */
+static inline __attribute__((always_inline)) void
+weighted_values_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
+                      const float *values, int kv_dim, int V) {
+    __m512 acc[4][8];
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) acc[g][v] = _mm512_setzero_ps();
+    for (int t = 0; t <= last[0]; t++) {
+        const float *row = values + (size_t)t * kv_dim;
+        for (int v = 0; v < V; v++) _mm_prefetch((const char *)(row + 16 * (size_t)kv_dim + 16 * v), _MM_HINT_T0);
+        for (int v = 0; v < V; v++) {
+            __m512 value = _mm512_loadu_ps(row + 16 * v);
+            for (int g = 0; g < G; g++)
+                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
+        }
+    }
+    for (int g = 1; g < G; g++)
+        for (int t = last[0] + 1; t <= last[g]; t++)
+            for (int v = 0; v < V; v++)
+                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]),
+                                                                 _mm512_loadu_ps(values + (size_t)t * kv_dim + 16 * v)));
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
+}
+
+/* weighted_values_group for n_q queries: 4 at a time when 4 * V sums fit in
+   registers (V <= 4), else 2. */
+static inline __attribute__((always_inline)) void
+weighted_values(float *const *out, const float *att, size_t att_stride, const int *last, int n_q, const float *values,
+                int kv_dim, int V) {
+    int k = 0;
+    if (V <= 4)
+        for (; k + 4 <= n_q; k += 4) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, values, kv_dim, V);
+    for (; k + 2 <= n_q; k += 2) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, values, kv_dim, V);
+    for (; k < n_q; k++) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, values, kv_dim, V);
 }
 
 /* attention_head for the n_heads query heads of n_tokens consecutive tokens
-   (positions pos, pos + 1, ...) that share one KV head, 8 queries at a time:
-   each block of keys is transposed once for the 8, and each query's output
-   stays in registers while the value rows stream past (head sizes 16, 32, ...
-   128). The sums are attention_head's. att holds 8 rows of att_stride. */
+   (positions pos, pos + 1, ...) that share one KV head, up to 8 queries at a
+   time, for head sizes 16, 32, ... 128. The sums are attention_head's. att
+   holds 8 rows of att_stride. */
 static void attention_block_simd(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
                                  const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
                                  int n_heads) {
@@ -860,21 +917,31 @@ static void attention_block_simd(float *out, const float *q, int n_tokens, int d
             query_out[k] = out + (size_t)token * dim + head * head_size;
             last[k] = pos + token; /* causal: the last position this query sees */
         }
-        scores_simd(att, att_stride, query, count, keys, last[count - 1] + 1, head_size, kv_dim);
+        /* scores up to the latest position any of them sees, for 1, 2, 4 or 8
+           queries (a constant count keeps the sums in registers; extra rows of
+           att get copies of the last query's scores) */
+        int n_keys = last[count - 1] + 1, padded = count == 1 ? 1 : count == 2 ? 2 : count <= 4 ? 4 : 8;
+        for (int k = count; k < padded; k++) query[k] = query[count - 1];
+        switch (padded) {
+        case 1: scores_simd(att, att_stride, query, 1, keys, n_keys, head_size, kv_dim); break;
+        case 2: scores_simd(att, att_stride, query, 2, keys, n_keys, head_size, kv_dim); break;
+        case 4: scores_simd(att, att_stride, query, 4, keys, n_keys, head_size, kv_dim); break;
+        default: scores_simd(att, att_stride, query, 8, keys, n_keys, head_size, kv_dim); break;
+        }
         for (int k = 0; k < count; k++) {
             float *a = att + k * att_stride;
             for (int t = 0; t <= last[k]; t++) a[t] /= sqrtf(head_size);
             softmax_simd(a, last[k] + 1);
-            int vectors = head_size / 16;
-            __m512 acc[8];
-            for (int v = 0; v < vectors; v++) acc[v] = _mm512_setzero_ps();
-            for (int t = 0; t <= last[k]; t++) {
-                const float *v_row = values + (size_t)t * kv_dim;
-                __m512 weight = _mm512_set1_ps(a[t]);
-                for (int v = 0; v < vectors; v++)
-                    acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(weight, _mm512_loadu_ps(v_row + 16 * v)));
-            }
-            for (int v = 0; v < vectors; v++) _mm512_storeu_ps(query_out[k] + 16 * v, acc[v]);
+        }
+        switch (head_size / 16) {
+        case 1: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 1); break;
+        case 2: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 2); break;
+        case 3: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 3); break;
+        case 4: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 4); break;
+        case 5: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 5); break;
+        case 6: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 6); break;
+        case 7: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 7); break;
+        default: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 8); break;
         }
     }
 }
