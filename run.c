@@ -649,9 +649,17 @@ static void add(float *x, const float *y, int n) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(RUN_PLAIN)
 #define HAVE_SIMD 1
 
-/* The kernels below walk 16 rows at once; the hardware prefetcher keeps up
-   with so many streams better when asked for each a few lines ahead. */
+/* The matvec kernels below walk blocks of 16 rows, a column of 64 bytes of
+   each at a time, and ask for data ahead of the hardware prefetcher: the same
+   columns of the next block when a block is small (rows up to 1.5 KB), else a
+   few lines further along each row. */
 #define PREFETCH_BYTES 256
+#define PREFETCH_NEXT_BLOCK_MAX (24 << 10)
+
+/* How far ahead, in bytes, the kernels prefetch in blocks of 16 rows of row_bytes. */
+static inline size_t prefetch_ahead(size_t row_bytes) {
+    return 16 * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? 16 * row_bytes : PREFETCH_BYTES;
+}
 
 /* r[0..15] are 16 rows of 16 floats; afterwards r[m] holds column m. */
 static inline void transpose16(__m512 r[16]) {
@@ -700,6 +708,7 @@ static void transpose(float *dst, size_t dst_stride, const float *src, size_t sr
    that lane r accumulates row r's products in column order. */
 static void matvec_simd(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end) {
     int i = begin;
+    size_t ahead = prefetch_ahead(stride * sizeof(float));
     for (; i + 16 <= end; i += 16) {
         const float *block = w + i * stride;
         __m512 acc = _mm512_setzero_ps();
@@ -707,7 +716,7 @@ static void matvec_simd(float *out, const float *x, const float *w, int n, size_
         for (; j + 16 <= n; j += 16) {
             __m512 r[16];
             for (int k = 0; k < 16; k++) {
-                _mm_prefetch((const char *)(block + k * stride + j) + PREFETCH_BYTES, _MM_HINT_T0);
+                _mm_prefetch((const char *)(block + k * stride + j) + ahead, _MM_HINT_T0);
                 r[k] = _mm512_loadu_ps(block + k * stride + j);
             }
             transpose16(r);
@@ -1084,6 +1093,7 @@ static inline __m512 add_group(__m512 val, __m512i ival, const float *block_scal
 static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                            int begin, int end) {
     int i = begin, groups = n / group_size;
+    size_t ahead = prefetch_ahead(n);
     if (group_size % 64 == 0 || group_size == 32) {
         __m512i scale_index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                  _mm512_set1_epi32(groups));
@@ -1100,7 +1110,7 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                     __m512i bias_hi = _mm512_set1_epi32(DOT_BIAS * sum32_epi8(_mm512_extracti64x4_epi64(x, 1)));
                     for (int r = 0; r < 16; r++) {
                         const int8_t *row = block + (size_t)r * n + g * 32;
-                        _mm_prefetch((const char *)(row + PREFETCH_BYTES), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(row + ahead), _MM_HINT_T0);
                         sums[r] = dot64_epi8(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, row), x);
                     }
                     __m512i lo, hi;
@@ -1119,7 +1129,7 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                         __m512i acc = _mm512_setzero_si512();
                         const int8_t *row = block + (size_t)r * n;
                         for (int k = g * group_size; k < (g + 1) * group_size; k += 64) {
-                            _mm_prefetch((const char *)(row + k + PREFETCH_BYTES), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(row + k + ahead), _MM_HINT_T0);
                             acc = dot64_epi8(acc, _mm512_loadu_si512(row + k), _mm512_loadu_si512(xq + k));
                         }
                         sums[r] = acc;
