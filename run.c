@@ -613,13 +613,13 @@ static void embed(float *out, const Matrix *table, int token, int dim, int group
 /* Rotary position embedding: each adjacent pair (v[2i], v[2i+1]) of every head
    is rotated by the angle pos * theta^(-2i/head_size). */
 static void rope(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos) {
-    for (int i = 0; i < n; i += 2) {
-        int pair = (i % head_size) / 2;
-        float fcr = cos_pos[pair], fci = sin_pos[pair];
-        float v0 = v[i], v1 = v[i + 1];
-        v[i] = v0 * fcr - v1 * fci;
-        v[i + 1] = v0 * fci + v1 * fcr;
-    }
+    for (float *head = v; head < v + n; head += head_size)
+        for (int i = 0; i < head_size; i += 2) {
+            float fcr = cos_pos[i / 2], fci = sin_pos[i / 2];
+            float v0 = head[i], v1 = head[i + 1];
+            head[i] = v0 * fcr - v1 * fci;
+            head[i + 1] = v0 * fci + v1 * fcr;
+        }
 }
 
 /* SwiGLU: hb = silu(hb) * hb2, silu(x) = x * sigmoid(x). */
@@ -1364,6 +1364,28 @@ static void matmul(RunState *s, const float *x, int n, int T, int group_size, co
 }
 
 typedef struct {
+    float *out;
+    const float *x, *weight;
+    int dim;
+    float eps;
+} NormJob;
+
+/* Units are tokens. */
+static void norm_task(void *ctx, int begin, int end, int thread) {
+    NormJob *job = ctx;
+    (void)thread;
+    for (int t = begin; t < end; t++)
+        rmsnorm(job->out + (size_t)t * job->dim, job->x + (size_t)t * job->dim, job->weight, job->dim, job->eps);
+}
+
+/* rmsnorm() of each of T tokens' rows, on all threads (its sum of squares is a
+   chain of dependent adds, each about as slow as four multiply-adds). */
+static void rmsnorm_batch(float *out, const float *x, const float *weight, int T, int dim, float eps) {
+    NormJob job = {out, x, weight, dim, eps};
+    parallel_for(norm_task, &job, T, 4.0 * T * dim);
+}
+
+typedef struct {
     float *hb;
     const float *hb2;
     int n;
@@ -1478,8 +1500,7 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
         /* attention; K and V go straight into the cache rows of their positions */
         float *k = s->key_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
         float *v = s->value_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
-        for (int t = 0; t < T; t++)
-            rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
+        rmsnorm_batch(s->xb, s->x, w->rms_att + (size_t)l * dim, T, dim, c->norm_eps);
         Projection qkv[3] = {{&w->wq[l], s->q, dim}, {&w->wk[l], k, kv_dim}, {&w->wv[l], v, kv_dim}};
         matmul(s, s->xb, dim, T, gs, qkv, 3);
         for (int t = 0; t < T; t++) {
@@ -1494,8 +1515,7 @@ static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens
         add(s->x, s->xb2, T * dim);
 
         /* feed-forward: w2(silu(w1 x) * w3 x) */
-        for (int t = 0; t < T; t++)
-            rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
+        rmsnorm_batch(s->xb, s->x, w->rms_ffn + (size_t)l * dim, T, dim, c->norm_eps);
         Projection gate_up[2] = {{&w->w1[l], s->hb, hidden_dim}, {&w->w3[l], s->hb2, hidden_dim}};
         matmul(s, s->xb, dim, T, gs, gate_up, 2);
         swiglu_batch(s->hb, s->hb2, T * hidden_dim);
