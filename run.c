@@ -1342,7 +1342,8 @@ static void matmul(RunState *s, const float *x, int n, int T, int group_size, co
         batched = T > 1 && group_size % 4 == 0; /* matmul_q8_tokens_simd will run */
 #endif
         QuantizeJob quantize_job = {s, x, group_size, batched};
-        parallel_for(quantize_task, &quantize_job, T * groups, 10.0 * T * n);
+        /* about one multiply-add's time per value: small inputs stay on this thread */
+        parallel_for(quantize_task, &quantize_job, T * groups, 1.0 * T * n);
 #ifdef HAVE_Q8_TOKENS
         if (batched) { /* its input layout, by 32-bit transposes: four int8 values, a group sum or a scale at a time */
             int width = (T + 15) / 16 * 16;
