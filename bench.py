@@ -94,10 +94,14 @@ def main():
     if long and not quick:
         _, int8 = models(*SHAPES[2][:2])
         near = " ".join(["hello world"] * 975)  # about 1950 tokens
-        _, at_100, _ = run(int8, cores, " ".join(["hello world"] * 50), 150)
-        _, at_2000, _ = run(int8, cores, near, 2000)
+        # alternated three times, best of each: on a shared machine the load
+        # changes between runs by more than the difference measured here
+        at_100 = at_2000 = 0
+        for _ in range(3):
+            at_100 = max(at_100, run(int8, cores, " ".join(["hello world"] * 50), 150)[1])
+            at_2000 = max(at_2000, run(int8, cores, near, 2000)[1])
         print(f"TinyLlama-1.1B int8, {cores} threads: decode {at_100:.1f} tok/s after a 100-token prompt, "
-              f"{at_2000:.1f} tok/s at positions 1950-2000 ({100 * (at_2000 / at_100 - 1):+.0f}%)")
+              f"{at_2000:.1f} tok/s at positions 1950-2000 ({100 * (at_2000 / at_100 - 1):+.0f}%), best of 3 runs each")
 
 
 main()
