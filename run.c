@@ -795,13 +795,9 @@ static inline __m512 expf_simd(__m512 x) {
     return y;
 }
 
-/* softmax(), 16 exponentials at a time; the maximum is the plain loop's, and
-   the sum still runs in the plain order. */
-static void softmax_simd(float *x, int n) {
-    if (n < 16) {
-        softmax(x, n);
-        return;
-    }
+/* x[i] = exp(x[i] - max(x)), the first steps of softmax(), 16 at a time; the
+   maximum is the plain loop's. */
+static void exp_shifted_simd(float *x, int n) {
     __m512 lane_max = _mm512_set1_ps(x[0]);
     int i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -814,17 +810,49 @@ static void softmax_simd(float *x, int n) {
         if (lanes[k] > max_val) max_val = lanes[k];
     for (; i < n; i++)
         if (x[i] > max_val) max_val = x[i];
-    float sum = 0.0f;
-    for (i = 0; i + 16 <= n; i += 16) {
+    for (i = 0; i + 16 <= n; i += 16)
         _mm512_storeu_ps(x + i, expf_simd(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max_val))));
-        for (int k = 0; k < 16; k++) sum += x[i + k];
-    }
-    for (; i < n; i++) {
-        x[i] = expf(x[i] - max_val);
-        sum += x[i];
-    }
-    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(sum)));
+    for (; i < n; i++) x[i] = expf(x[i] - max_val);
+}
+
+static void divide_simd(float *x, int n, float sum) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(sum)));
     for (; i < n; i++) x[i] /= sum;
+}
+
+/* softmax(), 16 exponentials at a time; the sum runs in the plain order. */
+static void softmax_simd(float *x, int n) {
+    if (n < 16) {
+        softmax(x, n);
+        return;
+    }
+    exp_shifted_simd(x, n);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += x[i];
+    divide_simd(x, n, sum);
+}
+
+/* softmax_simd() of up to 8 rows of att, row k being n[k] long (n[] never
+   decreases). A sum in the plain order is a chain of dependent adds; here the
+   rows' sums advance together, one per lane, over 16x16 transposed blocks. */
+static void softmax_rows_simd(float *att, size_t att_stride, const int *n, int count) {
+    for (int k = 0; k < count; k++) exp_shifted_simd(att + k * att_stride, n[k]);
+    __m512 lane_sum = _mm512_setzero_ps(); /* lane k: row k's sum so far */
+    int t = 0;
+    for (; t + 16 <= n[0]; t += 16) {
+        __m512 r[16];
+        for (int k = 0; k < 16; k++) r[k] = k < count ? _mm512_loadu_ps(att + k * att_stride + t) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int c = 0; c < 16; c++) lane_sum = _mm512_add_ps(lane_sum, r[c]);
+    }
+    float sum[16];
+    _mm512_storeu_ps(sum, lane_sum);
+    for (int k = 0; k < count; k++) {
+        float *a = att + k * att_stride;
+        for (int i = t; i < n[k]; i++) sum[k] += a[i];
+        divide_simd(a, n[k], sum[k]);
+    }
 }
 
 /* swiglu(), 16 values at a time. */
@@ -937,11 +965,13 @@ static void attention_block_simd(float *out, const float *q, int n_tokens, int d
         case 4: scores_simd(att, att_stride, query, 4, keys, n_keys, head_size, kv_dim); break;
         default: scores_simd(att, att_stride, query, 8, keys, n_keys, head_size, kv_dim); break;
         }
+        int n_seen[8];
         for (int k = 0; k < count; k++) {
             float *a = att + k * att_stride;
             for (int t = 0; t <= last[k]; t++) a[t] /= sqrtf(head_size);
-            softmax_simd(a, last[k] + 1);
+            n_seen[k] = last[k] + 1;
         }
+        softmax_rows_simd(att, att_stride, n_seen, count);
         switch (head_size / 16) {
         case 1: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 1); break;
         case 2: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 2); break;
