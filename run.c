@@ -463,16 +463,17 @@ typedef struct {
 } RunState;
 
 /* A zeroed buffer for the KV cache, which every token reads through: 2 MB
-   aligned and marked for transparent huge pages, so that walking it does not
-   cost a TLB miss every 4 KB (on virtual machines a costly one). */
+   aligned and, in its whole 2 MB pieces, marked for transparent huge pages, so
+   that walking it does not cost a TLB miss every 4 KB (on virtual machines a
+   costly one). The last piece keeps small pages: no memory beyond the cache. */
 static float *alloc_cache(size_t count) {
     size_t huge = (size_t)2 << 20;
-    if (count > (SIZE_MAX - huge) / sizeof(float)) fail("out of memory (asked for %zu floats)", count);
-    size_t bytes = (count * sizeof(float) + huge - 1) / huge * huge;
-    float *p = aligned_alloc(huge, bytes ? bytes : huge);
-    if (!p) fail("out of memory (asked for %zu bytes)", bytes);
+    if (count > SIZE_MAX / sizeof(float)) fail("out of memory (asked for %zu floats)", count);
+    size_t bytes = count * sizeof(float);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, bytes ? bytes : 1) != 0) fail("out of memory (asked for %zu bytes)", bytes);
 #ifdef MADV_HUGEPAGE
-    madvise(p, bytes, MADV_HUGEPAGE);
+    if (bytes >= huge) madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
 #endif
     memset(p, 0, bytes); /* now, so that the first tokens do not pay for the pages' first touch */
     return p;
