@@ -90,13 +90,16 @@ def main():
                     _, decode_run, rss2 = run(model, threads, "Once", steps)
                     prefill, decode, rss = max(prefill, prefill_run), max(decode, decode_run), max(rss, rss1, rss2)
                 size = os.path.getsize(model) / 2**20
-                rows.append((name, kind, threads, decode, prefill, rss, size))
+                dim, _, layers, heads, kv_heads = (int(a) for a in args.split()[:5])
+                kv_cache = 2 * layers * 201 * (dim // heads * kv_heads) * 4 / 2**20  # K and V, fp32, 201 positions
+                rows.append((name, kind, threads, decode, prefill, rss, size, size + kv_cache + 16))
                 print(f"  {name} {kind} {threads} thread(s): decode {decode:.1f}, prefill {prefill:.1f} tok/s",
                       file=sys.stderr)
+    # the RSS limit: the file, plus the KV cache, plus 16 MB
     print(f"{'shape':<16} {'weights':<7} {'threads':>7} {'decode tok/s':>13} {'prefill tok/s':>14}"
-          f" {'peak RSS MB':>12} {'file MB':>8}")
-    for name, kind, threads, decode, prefill, rss, size in rows:
-        print(f"{name:<16} {kind:<7} {threads:>7} {decode:>13.1f} {prefill:>14.1f} {rss:>12.0f} {size:>8.0f}")
+          f" {'peak RSS MB':>12} {'file MB':>8} {'limit MB':>9}")
+    for name, kind, threads, decode, prefill, rss, size, limit in rows:
+        print(f"{name:<16} {kind:<7} {threads:>7} {decode:>13.1f} {prefill:>14.1f} {rss:>12.1f} {size:>8.1f} {limit:>9.1f}")
     if long and not quick:
         _, int8 = models(*SHAPES[2][:2])
         near = " ".join(["hello world"] * 975)  # about 1950 tokens

@@ -657,6 +657,13 @@ static void add(float *x, const float *y, int n) {
 #define PREFETCH_BYTES 256
 #define PREFETCH_NEXT_BLOCK_MAX (24 << 10)
 
+/* Asks for the cache line `bytes` past p. A prefetch never faults, so that
+   line may lie past the data; the address is computed as an integer, so that
+   no out-of-bounds pointer is formed. */
+static inline void prefetch(const void *p, size_t bytes) {
+    _mm_prefetch((const char *)((uintptr_t)p + bytes), _MM_HINT_T0);
+}
+
 /* How far ahead, in bytes, the kernels prefetch in blocks of 16 rows of row_bytes. */
 static inline size_t prefetch_ahead(size_t row_bytes) {
     return 16 * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? 16 * row_bytes : PREFETCH_BYTES;
@@ -717,7 +724,7 @@ static void matvec_simd(float *out, const float *x, const float *w, int n, size_
         for (; j + 16 <= n; j += 16) {
             __m512 r[16];
             for (int k = 0; k < 16; k++) {
-                _mm_prefetch((const char *)(block + k * stride + j) + ahead, _MM_HINT_T0);
+                prefetch(block + k * stride + j, ahead);
                 r[k] = _mm512_loadu_ps(block + k * stride + j);
             }
             transpose16(r);
@@ -883,7 +890,7 @@ scores_simd(float *att, size_t att_stride, const float *const *q, int Q, const f
         for (int j = 0; j < head_size; j += 16) {
             for (int k = 0; k < 16; k++) {
                 /* the cache rows are far apart: ask for the next block's now */
-                if (t + 32 <= n_keys) _mm_prefetch((const char *)(block + (16 + k) * kv_dim + j), _MM_HINT_T0);
+                if (t + 32 <= n_keys) prefetch(block + k * kv_dim + j, 16 * kv_dim * sizeof(float));
                 columns[j + k] = _mm512_loadu_ps(block + k * kv_dim + j);
             }
             transpose16(columns + j);
@@ -909,7 +916,7 @@ weighted_values_group(float *const *out, const float *att, size_t att_stride, co
         for (int v = 0; v < V; v++) acc[g][v] = _mm512_setzero_ps();
     for (int t = 0; t <= last[0]; t++) {
         const float *row = values + (size_t)t * kv_dim;
-        for (int v = 0; v < V; v++) _mm_prefetch((const char *)(row + 16 * (size_t)kv_dim + 16 * v), _MM_HINT_T0);
+        for (int v = 0; v < V; v++) prefetch(row + 16 * v, 16 * (size_t)kv_dim * sizeof(float));
         for (int v = 0; v < V; v++) {
             __m512 value = _mm512_loadu_ps(row + 16 * v);
             for (int g = 0; g < G; g++)
@@ -997,6 +1004,8 @@ tokens_block(float *out_t, const float *x_t, const float *w, int n, int width, i
         for (int v = 0; v < V; v++)
             acc[r][v] = jb == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out_t + (size_t)(row + r) * width + 16 * v);
     for (int j = jb; j < je; j++) {
+        if (j % 16 == 0) /* a new cache line of these rows: ask for the next rows' line now */
+            for (int r = 0; r < R; r++) prefetch(w + (size_t)(row + r) * n + j, (size_t)R * n * sizeof(float));
         __m512 xv[4];
         for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_ps(x_t + (size_t)j * width + 16 * v);
         for (int r = 0; r < R; r++) {
@@ -1141,7 +1150,7 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                     __m512i bias_hi = _mm512_set1_epi32(DOT_BIAS * sum32_epi8(_mm512_extracti64x4_epi64(x, 1)));
                     for (int r = 0; r < 16; r++) {
                         const int8_t *row = block + (size_t)r * n + g * 32;
-                        _mm_prefetch((const char *)(row + ahead), _MM_HINT_T0);
+                        prefetch(row, ahead);
                         sums[r] = dot64_epi8(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, row), x);
                     }
                     __m512i lo, hi;
@@ -1160,7 +1169,7 @@ static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const 
                         __m512i acc = _mm512_setzero_si512();
                         const int8_t *row = block + (size_t)r * n;
                         for (int k = g * group_size; k < (g + 1) * group_size; k += 64) {
-                            _mm_prefetch((const char *)(row + k + ahead), _MM_HINT_T0);
+                            prefetch(row + k, ahead);
                             acc = dot64_epi8(acc, _mm512_loadu_si512(row + k), _mm512_loadu_si512(xq + k));
                         }
                         sums[r] = acc;
@@ -1196,6 +1205,8 @@ q8_tokens_block(float *out_t, const int8_t *xq_t, const float *xs_t, const int32
         for (int r = 0; r < R; r++)
             for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
         for (int j = g * group_size; j < (g + 1) * group_size; j += 4) {
+            if (j % 64 == 0) /* a new cache line of these rows: ask for the next rows' line now */
+                for (int r = 0; r < R; r++) prefetch(w->q + (size_t)(row + r) * n + j, (size_t)R * n);
             __m512i x[2];
             for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xq_t + ((size_t)(j / 4) * width + 16 * (v0 + v)) * 4);
             for (int r = 0; r < R; r++) {
