@@ -242,16 +242,19 @@ static Checkpoint ck; /* static: fail() may longjmp out of open_checkpoint */
 static void exercise_model(const uint8_t *data, size_t size) {
     const Config *c = &ck.config;
     if (state_bytes(c) > MAX_STATE_BYTES) return;
+    kernels = choose_kernels(NULL);
     RunState s;
-    init_run_state(&s, c);
-    Sampler sampler = {c->vocab_size, 1.0f, 0.9f, 42, xmalloc((size_t)c->vocab_size * sizeof(ProbIndex))};
+    Batch b;
+    init_run_state(&s, c, c->seq_len);
+    init_batch(&b, c, &s, 1);
+    Sampler sampler = {c->vocab_size, 1.0f, 0.9f, 42, xmalloc((size_t)c->vocab_size * sizeof(ProbIndex)), softmax};
     int tokens[3] = {BOS_ID, 0, 0};
     for (int i = 1; i < 3; i++) tokens[i] = size > (size_t)i ? data[size - i] % c->vocab_size : 0;
     int n = c->seq_len < 3 ? c->seq_len : 3;
     for (int i = 0; i < n; i++)
         if (tokens[i] >= c->vocab_size)
             harness_abort("generate() would run token %d through a model of vocab_size %d", tokens[i], c->vocab_size);
-    float *logits = forward_tokens(&ck, &s, tokens, n, 0);
+    float *logits = forward_tokens(&ck, &b, tokens, n, 0);
     int next = sample(&sampler, logits);
     if (next < 0 || next >= c->vocab_size) harness_abort("sampled token %d of %d", next, c->vocab_size);
     for (int pos = n; pos < c->seq_len && pos < n + 2; pos++) {
@@ -260,6 +263,7 @@ static void exercise_model(const uint8_t *data, size_t size) {
         if (next < 0 || next >= c->vocab_size) harness_abort("sampled token %d of %d", next, c->vocab_size);
     }
     free(sampler.probindex);
+    free_batch(&b);
     free_run_state(&s);
 }
 

@@ -4,13 +4,19 @@
 
    The program memory-maps a flat checkpoint (llama2.c's legacy layout, or the
    versioned layouts with a 256-byte header, fp32 or int8), encodes the prompt
-   with a SentencePiece-compatible BPE tokenizer, and then loops: forward()
+   with a SentencePiece-compatible BPE tokenizer, and then loops: the model
    turns one token at one position into logits over the vocabulary, the sampler
-   picks the next token, and its text piece is printed. Sections follow that
-   data flow: config and weights, threads, run state, math blocks (the plain
-   kernels), their fast SIMD twins, batched matmul and attention, forward(),
-   tokenizer, sampler, generate/chat, command line. The fast kernels compute
-   exactly what the plain ones do, bit for bit, only faster. */
+   picks the next token, and its text piece is printed.
+
+   The file has three parts:
+   Part I, the model: config and weights, run state, the math blocks, forward(),
+     tokenizer, sampler. Read alone, it is the whole transformer, plainly.
+   Part II, the speed: a thread pool, fast kernel sets chosen at start-up from
+     what the CPU has (SSE, AVX2, AVX-512, AVX-512 VNNI, NEON), and
+     forward_batch(), which runs many tokens at once. Everything there computes
+     exactly what Part I does, bit for bit; the tests check it. `make PLAIN=1`
+     (-DRUN_PLAIN) leaves Part II out.
+   Part III: generate, chat, and the command line. */
 
 #include <ctype.h>
 #include <errno.h>
@@ -32,8 +38,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__AVX512F__)
+#if defined(__x86_64__) && !defined(RUN_PLAIN)
 #include <immintrin.h>
+#endif
+
+/* Floats follow the source exactly: no multiply and add fused into one
+   rounding, whatever the compiler's default (clang fuses by default, gcc does
+   with -march=native in GNU mode). The outputs then match the reference ones
+   bit for bit with every compiler and flag. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#else
+#pragma GCC optimize("fp-contract=off")
 #endif
 
 /* Fuzzers set this to get control back from fail() instead of an exit. */
@@ -62,6 +78,16 @@ static void *xcalloc(size_t count, size_t size) {
     if (!p) fail("out of memory (asked for %zu x %zu bytes)", count, size);
     return p;
 }
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ========================================================================= */
+/* PART I: THE MODEL                                                         */
+/* ========================================================================= */
 
 /* ------------------------------------------------------------------------- */
 /* Config and weights                                                         */
@@ -110,6 +136,57 @@ typedef struct {
 #define HEADER_SIZE 256
 #define LEGACY_HEADER_SIZE 28
 
+/* The checkpoint layout, described once: the tensors in file order. Version 0
+   (llama2.c's legacy export) interleaves the norms with the matrices and
+   keeps two RoPE tables that this program recomputes; versions 1 and 2 store
+   the norms first. Matrices are fp32, or int8 + scales in version 2; norms
+   and tables are always fp32. */
+typedef enum {
+    TOKEN_EMBEDDING, RMS_ATT, WQ, WK, WV, WO, RMS_FFN, W1, W2, W3, RMS_FINAL, ROPE_TABLES, CLASSIFIER
+} Tensor;
+
+static const Tensor legacy_layout[] = {TOKEN_EMBEDDING, RMS_ATT, WQ, WK, WV, WO, RMS_FFN,
+                                       W1, W2, W3, RMS_FINAL, ROPE_TABLES, CLASSIFIER};
+static const Tensor header_layout[] = {RMS_ATT, RMS_FFN, RMS_FINAL, TOKEN_EMBEDDING, WQ, WK,
+                                       WV, WO, W1, W2, W3, CLASSIFIER};
+
+/* `count` tensors of rows x cols (count = n_layers for per-layer matrices, 0
+   for a classifier that is the token embedding). */
+typedef struct {
+    uint64_t count, rows, cols;
+    int is_matrix;
+} TensorShape;
+
+static TensorShape tensor_shape(const Config *c, Tensor t) {
+    uint64_t dim = c->dim, hidden = c->hidden_dim, layers = c->n_layers, vocab = c->vocab_size;
+    uint64_t head_size = dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    switch (t) {
+    case TOKEN_EMBEDDING: return (TensorShape){1, vocab, dim, 1};
+    case RMS_ATT: case RMS_FFN: return (TensorShape){1, layers, dim, 0};
+    case WQ: case WO: return (TensorShape){layers, dim, dim, 1};
+    case WK: case WV: return (TensorShape){layers, kv_dim, dim, 1};
+    case W1: case W3: return (TensorShape){layers, hidden, dim, 1};
+    case W2: return (TensorShape){layers, dim, hidden, 1};
+    case RMS_FINAL: return (TensorShape){1, 1, dim, 0};
+    case ROPE_TABLES: return (TensorShape){1, 2 * (uint64_t)c->seq_len, head_size / 2, 0}; /* cos, then sin */
+    case CLASSIFIER: break;
+    }
+    return (TensorShape){c->shared_classifier ? 0 : 1, vocab, dim, 1};
+}
+
+static const Tensor *layout_of(const Config *c, int *n) {
+    *n = c->version == 0 ? (int)(sizeof legacy_layout / sizeof *legacy_layout)
+                         : (int)(sizeof header_layout / sizeof *header_layout);
+    return c->version == 0 ? legacy_layout : header_layout;
+}
+
+/* Bytes of one tensor of the shape; int8 matrices add one float per group. */
+static uint64_t tensor_bytes(const Config *c, TensorShape s) {
+    uint64_t values = s.rows * s.cols;
+    if (s.is_matrix && c->version == 2) return values + 4 * (values / c->group_size);
+    return 4 * values;
+}
+
 static int32_t read_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 static float read_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
 
@@ -118,7 +195,7 @@ static float read_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
    header cannot wrap an offset. */
 static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const char *path) {
     int32_t fields[7];
-    size_t offset;
+    uint64_t offset;
     memset(c, 0, sizeof *c);
     if (avail >= 8 && (uint32_t)read_i32(h) == HEADER_MAGIC) {
         if (avail < HEADER_SIZE) fail("%s: truncated header (%zu of %d bytes)", path, avail, HEADER_SIZE);
@@ -164,92 +241,60 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
     if (!(c->rope_theta > 0 && c->rope_theta < INFINITY)) fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
     if (!(c->norm_eps > 0 && c->norm_eps < 1)) fail("%s: rms_norm_eps %g is not in (0, 1)", path, c->norm_eps);
 
-    /* Count the bytes. Each field is below 2^31, so an estimate in double
-       precision tells whether the exact 64-bit sum below could overflow. */
-    double dim = c->dim, hidden = c->hidden_dim, layers = c->n_layers, vocab = c->vocab_size;
-    double kv_dim = dim / c->n_heads * c->n_kv_heads, head_size = dim / c->n_heads;
-    double estimate = 4 * (layers * (2 * dim * dim + 2 * kv_dim * dim + 3 * hidden * dim + 2 * dim)
-                           + 2 * vocab * dim + dim + (double)c->seq_len * head_size);
+    /* Count the bytes. Each field is below 2^31, so a sum in double precision
+       first tells whether the exact 64-bit sum could overflow. */
+    int n;
+    const Tensor *layout = layout_of(c, &n);
+    double estimate = offset;
+    for (int i = 0; i < n; i++) {
+        TensorShape s = tensor_shape(c, layout[i]);
+        estimate += (double)s.count * s.rows * s.cols * 4;
+    }
     if (estimate > (double)((uint64_t)1 << 50)) fail("%s: header sizes overflow (%.3g bytes)", path, estimate);
-    uint64_t per_layer = 2 * (uint64_t)c->dim * c->dim + 2 * (uint64_t)kv_dim * c->dim + 3 * (uint64_t)c->hidden_dim * c->dim;
-    uint64_t matrices = per_layer * c->n_layers + (uint64_t)c->vocab_size * c->dim * (c->shared_classifier ? 1 : 2);
-    uint64_t norms = (2 * (uint64_t)c->n_layers + 1) * c->dim;
-    uint64_t size = offset + 4 * norms;
-    if (c->version == 2) size += matrices + 4 * (matrices / c->group_size);
-    else size += 4 * matrices;
-    if (c->version == 0) size += 4 * (uint64_t)c->seq_len * (uint64_t)head_size; /* unused RoPE tables */
+    uint64_t size = offset;
+    for (int i = 0; i < n; i++) {
+        TensorShape s = tensor_shape(c, layout[i]);
+        size += s.count * tensor_bytes(c, s);
+    }
     return size;
 }
 
-/* Walks the mapped file in storage order, handing out tensors. */
-typedef struct {
-    const uint8_t *p;
-    const char *path;
-    int group_size;
-} Cursor;
-
-static const float *take_f32(Cursor *cur, uint64_t count) {
-    const float *t = (const float *)cur->p;
-    if ((uintptr_t)t % sizeof(float)) fail("%s: float tensor at a misaligned offset", cur->path);
-    cur->p += count * sizeof(float);
-    return t;
-}
-
-static Matrix take_matrix(Cursor *cur, uint64_t rows, uint64_t cols) {
-    Matrix m = {0};
-    if (cur->group_size == 0) {
-        m.f32 = take_f32(cur, rows * cols);
-    } else {
-        m.q = (const int8_t *)cur->p;
-        cur->p += rows * cols;
-        m.scale = take_f32(cur, rows * cols / cur->group_size);
-    }
-    return m;
-}
-
-static Matrix *take_layers(Cursor *cur, int layers, uint64_t rows, uint64_t cols) {
-    Matrix *m = xmalloc(layers * sizeof *m);
-    for (int l = 0; l < layers; l++) m[l] = take_matrix(cur, rows, cols);
-    return m;
-}
-
-/* Points every weight into the mapping. Version 0 stores each layer's tensors
-   interleaved by kind, versions 1 and 2 store the norms first. */
+/* Points every weight into the mapping, walking the layout. */
 static void map_weights(Checkpoint *ck, const char *path) {
     const Config *c = &ck->config;
     Weights *w = &ck->weights;
-    uint64_t dim = c->dim, hidden = c->hidden_dim, L = c->n_layers;
-    uint64_t kv_dim = dim / c->n_heads * c->n_kv_heads;
-    Cursor cur = {ck->data, path, c->version == 2 ? c->group_size : 0};
-    if (c->version == 0) {
-        cur.p += LEGACY_HEADER_SIZE;
-        w->token_embedding = take_matrix(&cur, c->vocab_size, dim);
-        w->rms_att = take_f32(&cur, L * dim);
-        w->wq = take_layers(&cur, L, dim, dim);
-        w->wk = take_layers(&cur, L, kv_dim, dim);
-        w->wv = take_layers(&cur, L, kv_dim, dim);
-        w->wo = take_layers(&cur, L, dim, dim);
-        w->rms_ffn = take_f32(&cur, L * dim);
-        w->w1 = take_layers(&cur, L, hidden, dim);
-        w->w2 = take_layers(&cur, L, dim, hidden);
-        w->w3 = take_layers(&cur, L, hidden, dim);
-        w->rms_final = take_f32(&cur, dim);
-        take_f32(&cur, (uint64_t)c->seq_len * (dim / c->n_heads)); /* legacy RoPE tables, unused */
-    } else {
-        cur.p += HEADER_SIZE;
-        w->rms_att = take_f32(&cur, L * dim);
-        w->rms_ffn = take_f32(&cur, L * dim);
-        w->rms_final = take_f32(&cur, dim);
-        w->token_embedding = take_matrix(&cur, c->vocab_size, dim);
-        w->wq = take_layers(&cur, L, dim, dim);
-        w->wk = take_layers(&cur, L, kv_dim, dim);
-        w->wv = take_layers(&cur, L, kv_dim, dim);
-        w->wo = take_layers(&cur, L, dim, dim);
-        w->w1 = take_layers(&cur, L, hidden, dim);
-        w->w2 = take_layers(&cur, L, dim, hidden);
-        w->w3 = take_layers(&cur, L, hidden, dim);
+    Matrix **per_layer[CLASSIFIER + 1] = {[WQ] = &w->wq, [WK] = &w->wk, [WV] = &w->wv, [WO] = &w->wo,
+                                          [W1] = &w->w1, [W2] = &w->w2, [W3] = &w->w3};
+    const uint8_t *p = ck->data + (c->version == 0 ? LEGACY_HEADER_SIZE : HEADER_SIZE);
+    int n;
+    const Tensor *layout = layout_of(c, &n);
+    for (int i = 0; i < n; i++) {
+        TensorShape s = tensor_shape(c, layout[i]);
+        Matrix **layers = per_layer[layout[i]];
+        if (layers) *layers = xcalloc(s.count, sizeof(Matrix));
+        for (uint64_t k = 0; k < s.count; k++) {
+            Matrix m = {0};
+            if (s.is_matrix && c->version == 2) {
+                m.q = (const int8_t *)p;
+                m.scale = (const float *)(p + s.rows * s.cols);
+            } else {
+                m.f32 = (const float *)p;
+            }
+            const void *floats = m.f32 ? (const void *)m.f32 : (const void *)m.scale;
+            if ((uintptr_t)floats % sizeof(float)) fail("%s: float tensor at a misaligned offset", path);
+            p += tensor_bytes(c, s);
+            switch (layout[i]) {
+            case TOKEN_EMBEDDING: w->token_embedding = m; break;
+            case RMS_ATT: w->rms_att = m.f32; break;
+            case RMS_FFN: w->rms_ffn = m.f32; break;
+            case RMS_FINAL: w->rms_final = m.f32; break;
+            case ROPE_TABLES: break; /* recomputed in init_run_state() */
+            case CLASSIFIER: w->classifier = m; break;
+            default: (*layers)[k] = m; break;
+            }
+        }
     }
-    w->classifier = c->shared_classifier ? w->token_embedding : take_matrix(&cur, c->vocab_size, dim);
+    if (c->shared_classifier) w->classifier = w->token_embedding;
 }
 
 static void open_checkpoint(Checkpoint *ck, const char *path) {
@@ -282,184 +327,29 @@ static void close_checkpoint(Checkpoint *ck) {
 }
 
 /* ------------------------------------------------------------------------- */
-/* Threads: a pool started once; parallel_for() runs a task on all of them    */
-
-/* A task does the units [begin, end) of some work; `thread` (0 for the caller)
-   picks per-thread scratch space. */
-typedef void (*Task)(void *ctx, int begin, int end, int thread);
-
-typedef struct {
-    int n_threads; /* the caller counts as one */
-    pthread_t *workers;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    Task task; /* the current job: its task, context and units */
-    void *ctx;
-    int n_units, grab;
-    atomic_int next; /* the first unit no thread has taken yet */
-    /* The job's generation (high 32 bits), whether it is closed (bit 31) and
-       how many workers are inside it (low bits). A worker joins only an open
-       job; the caller closes it once it is empty, so it never waits for a
-       worker that is not even on a core, and rewrites the job only then. */
-    atomic_ullong state;
-    atomic_int stop;
-} ThreadPool;
-
-#define JOB_CLOSED (1ull << 31)
-
-static ThreadPool pool = {.n_threads = 1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-/* Takes units a few at a time until none are left: a thread that runs faster,
-   or whose partner is off its core on a busy machine, simply takes more. */
-static void take_units(int thread) {
-    for (;;) {
-        int begin = atomic_fetch_add(&pool.next, pool.grab);
-        if (begin >= pool.n_units) return;
-        pool.task(pool.ctx, begin, begin + pool.grab < pool.n_units ? begin + pool.grab : pool.n_units, thread);
-    }
-}
-
-static void *worker_main(void *arg) {
-    int thread = (int)(intptr_t)arg;
-    unsigned long long seen = 0; /* the last generation this worker looked at */
-    for (;;) {
-        /* spin a little first: during generation the next job comes within
-           microseconds, far sooner than a sleeping thread wakes up */
-        double start = seconds_now();
-        for (int spin = 1; atomic_load(&pool.state) >> 32 == seen; spin++) {
-            cpu_relax();
-            if (spin % 1024 == 0 && seconds_now() - start > 0.005) break;
-        }
-        pthread_mutex_lock(&pool.lock);
-        while (atomic_load(&pool.state) >> 32 == seen && !atomic_load(&pool.stop)) pthread_cond_wait(&pool.wake, &pool.lock);
-        pthread_mutex_unlock(&pool.lock);
-        if (atomic_load(&pool.stop)) return NULL;
-        unsigned long long state = atomic_load(&pool.state);
-        seen = state >> 32;
-        while (!(state & JOB_CLOSED) && !atomic_compare_exchange_weak(&pool.state, &state, state + 1))
-            if (state >> 32 != seen) break; /* a newer job: look at it on the next turn */
-        if (state >> 32 != seen || (state & JOB_CLOSED)) continue;
-        take_units(thread);
-        atomic_fetch_sub(&pool.state, 1);
-    }
-}
-
-/* Runs task over units [0, n_units) on all threads. Work below 100000
-   multiply-adds (roughly) is done by the caller alone: waking the pool would
-   cost more. */
-static void parallel_for(Task task, void *ctx, int n_units, double work) {
-    if (pool.n_threads == 1 || n_units < 2 || work < 100000) {
-        task(ctx, 0, n_units, 0);
-        return;
-    }
-    pool.task = task;
-    pool.ctx = ctx;
-    pool.n_units = n_units;
-    pool.grab = n_units / (8 * pool.n_threads) > 1 ? n_units / (8 * pool.n_threads) : 1;
-    atomic_store(&pool.next, 0);
-    pthread_mutex_lock(&pool.lock);
-    atomic_store(&pool.state, ((atomic_load(&pool.state) >> 32) + 1) << 32); /* a new, open, empty job */
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
-    take_units(0);
-    /* close the job once no worker is inside; those inside are finishing a unit */
-    unsigned long long state = atomic_load(&pool.state);
-    for (;;) {
-        if ((state & ~(~0ull << 31)) == 0 && atomic_compare_exchange_weak(&pool.state, &state, state | JOB_CLOSED)) break;
-        cpu_relax();
-        state = atomic_load(&pool.state);
-    }
-}
-
-static void start_threads(int n) {
-    pool.n_threads = n;
-    if (n == 1) return;
-    atomic_store(&pool.state, JOB_CLOSED); /* generation 0, which each worker starts having seen */
-    pool.workers = xcalloc(n, sizeof(pthread_t));
-    for (int i = 1; i < n; i++)
-        if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0)
-            fail("cannot start thread %d of %d", i, n);
-}
-
-static void stop_threads(void) {
-    if (pool.n_threads == 1) return;
-    pthread_mutex_lock(&pool.lock);
-    atomic_store(&pool.stop, 1);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
-    for (int i = 1; i < pool.n_threads; i++) pthread_join(pool.workers[i], NULL);
-    free(pool.workers);
-    pool.n_threads = 1;
-    atomic_store(&pool.stop, 0);
-}
-
-/* Reads one byte of every page of megabytes [begin, end) of the checkpoint. */
-static void touch_pages_task(void *ctx, int begin, int end, int thread) {
-    const Checkpoint *ck = ctx;
-    volatile uint8_t sink = 0;
-    for (size_t offset = (size_t)begin << 20; offset < ((size_t)end << 20) && offset < ck->file_size; offset += 4096)
-        sink ^= ck->data[offset];
-    (void)sink, (void)thread;
-}
-
-/* Brings the whole checkpoint into memory before the first token, so that the
-   speed of the prompt is not the speed of page faults: the kernel maps the
-   file in one call, then a read of each page settles it (on virtual machines
-   the first read of a page can cost microseconds). */
-static void prefault_checkpoint(const Checkpoint *ck) {
-#ifdef MADV_POPULATE_READ
-    madvise((void *)ck->data, ck->file_size, MADV_POPULATE_READ);
-#else
-    madvise((void *)ck->data, ck->file_size, MADV_WILLNEED);
-#endif
-    parallel_for(touch_pages_task, (void *)ck, (int)((ck->file_size + (1 << 20) - 1) >> 20), 1e9);
-}
-
-/* ------------------------------------------------------------------------- */
 /* Run state: every buffer forward() needs, allocated once                    */
 
-/* Prompt tokens go through the layers together, up to this many at a time. */
-#define MAX_BATCH 64
-
-/* Rows of int8 values with one scale per group, for the version 2 matmul. */
+/* int8 values with one scale per group, for the version 2 matmuls. */
 typedef struct {
     int8_t *q;
     float *scale;
 } QuantizedVector;
 
 typedef struct {
-    /* activations, one row per token of the batch */
-    float *x;      /* residual stream [MAX_BATCH][dim] */
-    float *xb;     /* normalised x, then attention output [MAX_BATCH][dim] */
-    float *xb2;    /* projection output [MAX_BATCH][dim] */
-    float *hb;     /* feed-forward gate [MAX_BATCH][hidden_dim] */
-    float *hb2;    /* feed-forward up [MAX_BATCH][hidden_dim] */
-    float *q;      /* queries [MAX_BATCH][dim] */
-    float *att;    /* attention scores, per thread a row for each of 8 queries [n_threads][8][seq_len] */
-    float *logits; /* of the batch's last token [vocab_size] */
-    float *key_cache;   /* [n_layers][seq_len][kv_dim] */
-    float *value_cache; /* [n_layers][seq_len][kv_dim] */
-    float *rope_cos;    /* [seq_len][head_size / 2] */
+    float *x;      /* residual stream [dim] */
+    float *xb;     /* normalised x, then attention output [dim] */
+    float *xb2;    /* projection output [dim] */
+    float *hb;     /* feed-forward gate [hidden_dim] */
+    float *hb2;    /* feed-forward up [hidden_dim] */
+    float *q;      /* query [dim] */
+    float *att;    /* one head's attention scores [n_pos] */
+    float *logits; /* [vocab_size] */
+    float *key_cache;   /* [n_layers][n_pos][kv_dim] */
+    float *value_cache; /* [n_layers][n_pos][kv_dim] */
+    float *rope_cos;    /* [n_pos][head_size / 2] */
     float *rope_sin;
-    QuantizedVector xq; /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
-    float *x_t;         /* batched matmul: the input (or int8 scales) transposed [widest][MAX_BATCH] */
-    int8_t *xq_t;       /* batched int8 matmul: the input by 4 bytes per token [widest][MAX_BATCH] */
-    int32_t *x_sum;     /* and its sums per group [MAX_BATCH][widest / 4] */
-    int32_t *x_sum_t;   /* transposed [widest / 4][MAX_BATCH] */
-    float *out_t;       /* and the outputs before transposing back, [rows of all projections][MAX_BATCH] */
-    int n_pos;          /* positions the caches and RoPE tables hold (<= seq_len) */
+    QuantizedVector xq; /* version 2: a matmul's input in int8 [max(dim, hidden_dim)] */
+    int n_pos;          /* positions the caches and RoPE tables hold */
 } RunState;
 
 /* A zeroed buffer for the KV cache, which every token reads through: 2 MB
@@ -479,35 +369,29 @@ static float *alloc_cache(size_t count) {
     return p;
 }
 
-static void init_run_state(RunState *s, const Config *c) {
+/* Buffers for positions 0 .. n_pos - 1 (generate and chat stay below -n). */
+static void init_run_state(RunState *s, const Config *c, int n_pos) {
     size_t kv_dim = (size_t)c->dim / c->n_heads * c->n_kv_heads;
     size_t head_size = c->dim / c->n_heads;
-    size_t cache = (size_t)c->n_layers * c->seq_len * kv_dim;
-    s->n_pos = c->seq_len; /* main() passes a copy of the config with seq_len = -n */
     size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
-    s->x = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    s->xb = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    s->xb2 = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    s->hb = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
-    s->hb2 = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
-    s->q = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    s->att = xcalloc((size_t)pool.n_threads * 8 * c->seq_len, sizeof(float));
+    s->n_pos = n_pos;
+    s->x = xcalloc(c->dim, sizeof(float));
+    s->xb = xcalloc(c->dim, sizeof(float));
+    s->xb2 = xcalloc(c->dim, sizeof(float));
+    s->hb = xcalloc(c->hidden_dim, sizeof(float));
+    s->hb2 = xcalloc(c->hidden_dim, sizeof(float));
+    s->q = xcalloc(c->dim, sizeof(float));
+    s->att = xcalloc(n_pos, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
-    s->key_cache = alloc_cache(cache);
-    s->value_cache = alloc_cache(cache);
-    s->xq.q = xcalloc(MAX_BATCH * widest, 1);
-    s->xq.scale = xcalloc(MAX_BATCH * widest, sizeof(float));
-    s->x_t = xcalloc(MAX_BATCH * widest, sizeof(float));
-    s->xq_t = xcalloc(MAX_BATCH * widest, 1);
-    s->x_sum = xcalloc(MAX_BATCH * widest / 4 + 1, sizeof(int32_t));
-    s->x_sum_t = xcalloc(MAX_BATCH * widest / 4 + 1, sizeof(int32_t));
-    size_t projected_rows = 3 * (size_t)c->dim > 2 * (size_t)c->hidden_dim ? 3 * (size_t)c->dim : 2 * (size_t)c->hidden_dim;
-    s->out_t = xcalloc(MAX_BATCH * projected_rows, sizeof(float));
+    s->key_cache = alloc_cache((size_t)c->n_layers * n_pos * kv_dim);
+    s->value_cache = alloc_cache((size_t)c->n_layers * n_pos * kv_dim);
+    s->xq.q = xcalloc(widest, 1);
+    s->xq.scale = xcalloc(widest, sizeof(float));
     /* RoPE angles depend only on position and pair index: compute them once,
        with the same float expression as llama2.c so results match bit for bit */
-    s->rope_cos = xcalloc((size_t)c->seq_len * head_size / 2, sizeof(float));
-    s->rope_sin = xcalloc((size_t)c->seq_len * head_size / 2, sizeof(float));
-    for (int pos = 0; pos < c->seq_len; pos++) {
+    s->rope_cos = xcalloc((size_t)n_pos * head_size / 2, sizeof(float));
+    s->rope_sin = xcalloc((size_t)n_pos * head_size / 2, sizeof(float));
+    for (int pos = 0; pos < n_pos; pos++) {
         for (size_t i = 0; i < head_size; i += 2) {
             float freq = 1.0f / powf(c->rope_theta, i / (float)head_size);
             float angle = pos * freq;
@@ -520,12 +404,11 @@ static void init_run_state(RunState *s, const Config *c) {
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q);
     free(s->att); free(s->logits); free(s->key_cache); free(s->value_cache);
-    free(s->xq.q); free(s->xq.scale); free(s->x_t); free(s->xq_t); free(s->x_sum); free(s->x_sum_t); free(s->out_t);
-    free(s->rope_cos); free(s->rope_sin);
+    free(s->xq.q); free(s->xq.scale); free(s->rope_cos); free(s->rope_sin);
 }
 
 /* ------------------------------------------------------------------------- */
-/* Math blocks: the plain, sequential version of each                         */
+/* Math blocks                                                                */
 
 /* out = x / rms(x) * weight, rms(x) = sqrt(mean(x^2) + eps). out may be x. */
 static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
@@ -551,11 +434,10 @@ static void softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
-/* out[i] = W[i] . x for the rows i in [begin, end) of W, whose rows are
-   `stride` floats apart (n for a weight matrix, kv_dim for cached keys). */
-static void matvec_plain(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end) {
+/* out[i] = W[i] . x for the rows i in [begin, end) of W [d][n]. */
+static void matvec(float *out, const float *x, const float *w, int n, int begin, int end) {
     for (int i = begin; i < end; i++) {
-        const float *row = w + i * stride;
+        const float *row = w + (size_t)i * n;
         float val = 0.0f;
         for (int j = 0; j < n; j++) val += row[j] * x[j];
         out[i] = val;
@@ -585,8 +467,8 @@ static void quantize(int8_t *q, float *scale, const float *x, int n, int group_s
 
 /* out[i] = W[i] . x with both sides int8, for rows [begin, end): an integer dot
    product per group, scaled by the weight group's and the input group's scales. */
-static void matvec_q8_plain(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                            int begin, int end) {
+static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                      int begin, int end) {
     for (int i = begin; i < end; i++) {
         const int8_t *row = w->q + (size_t)i * n;
         const float *row_scale = w->scale + (size_t)i * n / group_size;
@@ -597,6 +479,17 @@ static void matvec_q8_plain(float *out, const int8_t *xq, const float *xs, const
             val += (float)ival * row_scale[j / group_size] * xs[j / group_size];
         }
         out[i] = val;
+    }
+}
+
+/* out = W x for a weight matrix W [d][n], fp32 or int8 (then x is quantized
+   first, in groups like the weights). */
+static void linear(float *out, const float *x, const Matrix *w, int n, int d, QuantizedVector *xq, int group_size) {
+    if (w->f32) {
+        matvec(out, x, w->f32, n, 0, d);
+    } else {
+        quantize(xq->q, xq->scale, x, n, group_size);
+        matvec_q8(out, xq->q, xq->scale, w, n, group_size, 0, d);
     }
 }
 
@@ -623,6 +516,25 @@ static void rope(float *v, int n, int head_size, const float *cos_pos, const flo
         }
 }
 
+/* One query head attending over positions 0..pos of its key/value head (rows
+   kv_dim apart in the cache): scores q.k / sqrt(head_size), softmaxed, then
+   the values mixed by them. */
+static void attention_head(float *out, const float *q, const float *keys, const float *values,
+                           float *att, int pos, int head_size, int kv_dim) {
+    for (int t = 0; t <= pos; t++) {
+        const float *k = keys + (size_t)t * kv_dim;
+        float score = 0.0f;
+        for (int i = 0; i < head_size; i++) score += k[i] * q[i];
+        att[t] = score / sqrtf(head_size);
+    }
+    softmax(att, pos + 1);
+    memset(out, 0, head_size * sizeof(float));
+    for (int t = 0; t <= pos; t++) {
+        const float *v = values + (size_t)t * kv_dim;
+        for (int i = 0; i < head_size; i++) out[i] += att[t] * v[i];
+    }
+}
+
 /* SwiGLU: hb = silu(hb) * hb2, silu(x) = x * sigmoid(x). */
 static void swiglu(float *hb, const float *hb2, int n) {
     for (int i = 0; i < n; i++) {
@@ -638,958 +550,53 @@ static void add(float *x, const float *y, int n) {
 }
 
 /* ------------------------------------------------------------------------- */
-/* Fast kernels: SIMD twins of the plain matvecs                              */
+/* forward(): one token at one position in, logits over the vocabulary out    */
 
-/* Each fast kernel adds up exactly the same products in exactly the same order
-   as its plain twin, only for 16 rows (or tokens) at once, one per vector lane,
-   and multiplies and adds separately (no fused multiply-add). So its results
-   are bit-identical to the plain kernel's, and the program's output is the same
-   with either; test_all.c checks that. Build with -DRUN_PLAIN to use the plain
-   kernels only. */
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(RUN_PLAIN)
-#define HAVE_SIMD 1
-
-/* The matvec kernels below walk blocks of 16 rows, a column of 64 bytes of
-   each at a time, and ask for data ahead of the hardware prefetcher: the same
-   columns of the next block when a block is small (rows up to 1.5 KB), else a
-   few lines further along each row. */
-#define PREFETCH_BYTES 256
-#define PREFETCH_NEXT_BLOCK_MAX (24 << 10)
-
-/* Asks for the cache line `bytes` past p. A prefetch never faults, so that
-   line may lie past the data; the address is computed as an integer, so that
-   no out-of-bounds pointer is formed. */
-static inline void prefetch(const void *p, size_t bytes) {
-    _mm_prefetch((const char *)((uintptr_t)p + bytes), _MM_HINT_T0);
-}
-
-/* How far ahead, in bytes, the kernels prefetch in blocks of 16 rows of row_bytes. */
-static inline size_t prefetch_ahead(size_t row_bytes) {
-    return 16 * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? 16 * row_bytes : PREFETCH_BYTES;
-}
-
-/* r[0..15] are 16 rows of 16 floats; afterwards r[m] holds column m. */
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int k = 0; k < 16; k += 2) {
-        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
-    }
-    for (int k = 0; k < 16; k += 4) {
-        u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
-        u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
-        u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
-        u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
-    }
-    /* u[4a + c], 128-bit lane L, holds rows 4a..4a+3 of column 4L + c */
-    for (int c = 0; c < 4; c++) {
-        __m512 lo0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), lo1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        __m512 hi0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE), hi1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(lo0, lo1, 0xDD);
-        r[8 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0xDD);
-    }
-}
-
-/* dst[c * dst_stride + r] = src[r * src_stride + c] for a rows x cols block, by
-   16x16 tiles. */
-static void transpose(float *dst, size_t dst_stride, const float *src, size_t src_stride, int rows, int cols) {
-    for (int r0 = 0; r0 < rows; r0 += 16) {
-        for (int c0 = 0; c0 < cols; c0 += 16) {
-            int nr = rows - r0 < 16 ? rows - r0 : 16, nc = cols - c0 < 16 ? cols - c0 : 16;
-            __mmask16 col_mask = (__mmask16)((1u << nc) - 1), row_mask = (__mmask16)((1u << nr) - 1);
-            __m512 t[16];
-            for (int k = 0; k < 16; k++)
-                t[k] = k < nr ? _mm512_maskz_loadu_ps(col_mask, src + (r0 + k) * src_stride + c0) : _mm512_setzero_ps();
-            transpose16(t);
-            for (int k = 0; k < nc; k++) {
-                if (nr == 16) _mm512_storeu_ps(dst + (c0 + k) * dst_stride + r0, t[k]); /* masked stores are slow on some CPUs */
-                else _mm512_mask_storeu_ps(dst + (c0 + k) * dst_stride + r0, row_mask, t[k]);
-            }
-        }
-    }
-}
-
-/* matvec_plain, 16 rows at a time: blocks of 16x16 weights are transposed so
-   that lane r accumulates row r's products in column order. */
-static void matvec_simd(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end) {
-    int i = begin;
-    size_t ahead = prefetch_ahead(stride * sizeof(float));
-    for (; i + 16 <= end; i += 16) {
-        const float *block = w + i * stride;
-        __m512 acc = _mm512_setzero_ps();
-        int j = 0;
-        for (; j + 16 <= n; j += 16) {
-            __m512 r[16];
-            for (int k = 0; k < 16; k++) {
-                prefetch(block + k * stride + j, ahead);
-                r[k] = _mm512_loadu_ps(block + k * stride + j);
-            }
-            transpose16(r);
-            for (int c = 0; c < 16; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
-        }
-        if (j < n) {
-            __mmask16 tail = (__mmask16)((1u << (n - j)) - 1);
-            __m512 r[16];
-            for (int k = 0; k < 16; k++) r[k] = _mm512_maskz_loadu_ps(tail, block + k * stride + j);
-            transpose16(r);
-            for (int c = 0; c < n - j; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
-        }
-        _mm512_storeu_ps(out + i, acc);
-    }
-    matvec_plain(out, x, w, n, stride, i, end);
-}
-
-/* 2^(i/32) for i = 0..31, rounded to double: the table glibc's expf uses. */
-static const double exp2_fraction[32] = {
-    0x1.0000000000000p+0, 0x1.059b0d3158574p+0, 0x1.0b5586cf9890fp+0, 0x1.11301d0125b51p+0,
-    0x1.172b83c7d517bp+0, 0x1.1d4873168b9aap+0, 0x1.2387a6e756238p+0, 0x1.29e9df51fdee1p+0,
-    0x1.306fe0a31b715p+0, 0x1.371a7373aa9cbp+0, 0x1.3dea64c123422p+0, 0x1.44e086061892dp+0,
-    0x1.4bfdad5362a27p+0, 0x1.5342b569d4f82p+0, 0x1.5ab07dd485429p+0, 0x1.6247eb03a5585p+0,
-    0x1.6a09e667f3bcdp+0, 0x1.71f75e8ec5f74p+0, 0x1.7a11473eb0187p+0, 0x1.82589994cce13p+0,
-    0x1.8ace5422aa0dbp+0, 0x1.93737b0cdc5e5p+0, 0x1.9c49182a3f090p+0, 0x1.a5503b23e255dp+0,
-    0x1.ae89f995ad3adp+0, 0x1.b7f76f2fb5e47p+0, 0x1.c199bdd85529cp+0, 0x1.cb720dcef9069p+0,
-    0x1.d5818dcfba487p+0, 0x1.dfc97337b9b5fp+0, 0x1.ea4afa2a490dap+0, 0x1.f50765b6e4540p+0,
-};
-
-/* glibc's expf for 8 floats, in double precision, with the same operations
-   (fused where its FMA build fuses them): x * 32/ln2 = k + r, |r| <= 1/2, and
-   exp(x) = 2^(k/32) * 2^(r/32), the latter from a cubic in r. */
-static inline __m256 expf8(__m256 x) {
-    const __m512d inv_ln2_32 = _mm512_set1_pd(0x1.71547652b82fep+5), round_shift = _mm512_set1_pd(0x1.8p+52);
-    __m512d xd = _mm512_cvtps_pd(x);
-    __m512d kd = _mm512_fmadd_pd(inv_ln2_32, xd, round_shift); /* k, rounded, in the low bits */
-    __m512i k = _mm512_castpd_si512(kd);
-    kd = _mm512_sub_pd(kd, round_shift);
-    __m512d r = _mm512_fmsub_pd(inv_ln2_32, xd, kd);
-    /* 2^(k/32) = 2^((k mod 32)/32) from the table, times 2^floor(k/32) added to its exponent */
-    __m512i i = _mm512_and_si512(k, _mm512_set1_epi64(31));
-    const __m512i *table = (const __m512i *)exp2_fraction;
-    __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(table), i, _mm512_loadu_si512(table + 1));
-    __m512i high = _mm512_permutex2var_epi64(_mm512_loadu_si512(table + 2), i, _mm512_loadu_si512(table + 3));
-    __m512i fraction = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(i, _mm512_set1_epi64(16)), low, high);
-    __m512d scale = _mm512_castsi512_pd(
-        _mm512_add_epi64(fraction, _mm512_slli_epi64(_mm512_andnot_si512(_mm512_set1_epi64(31), k), 47)));
-    __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.c6af84b912394p-20), _mm512_set1_pd(0x1.ebfce50fac4f3p-13));
-    __m512d r2 = _mm512_mul_pd(r, r);
-    __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.62e42ff0c52d6p-6), _mm512_set1_pd(1.0));
-    y = _mm512_fmadd_pd(z, r2, y);
-    return _mm512_cvtpd_ps(_mm512_mul_pd(y, scale));
-}
-
-/* expf() of 16 floats, bit for bit what glibc's expf gives on a CPU with FMA
-   (every CPU with AVX-512): its main path covers [-103.28, 88.72], below
-   -103.97 it gives 0, and the few lanes left (NaN, overflow, the edge of
-   underflow) go to expf() itself. */
-static inline __m512 expf_simd(__m512 x) {
-    __m256 low = expf8(_mm512_castps512_ps256(x));
-    __m256 high = expf8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    __m512 y = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(low)), _mm256_castps_pd(high), 1));
-    __mmask16 main_path = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9d1d9ep+6f), _CMP_GE_OQ) &
-                          _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1.62e42ep+6f), _CMP_LE_OQ);
-    __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9fe368p+6f), _CMP_LT_OQ);
-    y = _mm512_maskz_mov_ps(main_path, y);
-    __mmask16 rest = (__mmask16) ~(main_path | zero);
-    if (rest) {
-        float in[16], out[16];
-        _mm512_storeu_ps(in, x);
-        _mm512_storeu_ps(out, y);
-        for (int k = 0; k < 16; k++)
-            if (rest >> k & 1) out[k] = expf(in[k]);
-        y = _mm512_loadu_ps(out);
-    }
-    return y;
-}
-
-/* x[i] = exp(x[i] - max(x)), the first steps of softmax(), 16 at a time; the
-   maximum is the plain loop's. */
-static void exp_shifted_simd(float *x, int n) {
-    __m512 lane_max = _mm512_set1_ps(x[0]);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        lane_max = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lane_max, _CMP_GT_OQ), lane_max, v);
-    }
-    float lanes[16], max_val = x[0];
-    _mm512_storeu_ps(lanes, lane_max);
-    for (int k = 0; k < 16; k++)
-        if (lanes[k] > max_val) max_val = lanes[k];
-    for (; i < n; i++)
-        if (x[i] > max_val) max_val = x[i];
-    for (i = 0; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(x + i, expf_simd(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max_val))));
-    for (; i < n; i++) x[i] = expf(x[i] - max_val);
-}
-
-static void divide_simd(float *x, int n, float sum) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(sum)));
-    for (; i < n; i++) x[i] /= sum;
-}
-
-/* softmax(), 16 exponentials at a time; the sum runs in the plain order. */
-static void softmax_simd(float *x, int n) {
-    if (n < 16) {
-        softmax(x, n);
-        return;
-    }
-    exp_shifted_simd(x, n);
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) sum += x[i];
-    divide_simd(x, n, sum);
-}
-
-/* softmax_simd() of up to 8 rows of att, row k being n[k] long (n[] never
-   decreases). A sum in the plain order is a chain of dependent adds; here the
-   rows' sums advance together, one per lane, over 16x16 transposed blocks. */
-static void softmax_rows_simd(float *att, size_t att_stride, const int *n, int count) {
-    for (int k = 0; k < count; k++) exp_shifted_simd(att + k * att_stride, n[k]);
-    __m512 lane_sum = _mm512_setzero_ps(); /* lane k: row k's sum so far */
-    int t = 0;
-    for (; t + 16 <= n[0]; t += 16) {
-        __m512 r[16];
-        for (int k = 0; k < 16; k++) r[k] = k < count ? _mm512_loadu_ps(att + k * att_stride + t) : _mm512_setzero_ps();
-        transpose16(r);
-        for (int c = 0; c < 16; c++) lane_sum = _mm512_add_ps(lane_sum, r[c]);
-    }
-    float sum[16];
-    _mm512_storeu_ps(sum, lane_sum);
-    for (int k = 0; k < count; k++) {
-        float *a = att + k * att_stride;
-        for (int i = t; i < n[k]; i++) sum[k] += a[i];
-        divide_simd(a, n[k], sum[k]);
-    }
-}
-
-/* swiglu(), 16 values at a time. */
-static void swiglu_simd(float *hb, const float *hb2, int n) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 val = _mm512_loadu_ps(hb + i);
-        __m512 minus_val = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(val), _mm512_set1_epi32(INT32_MIN)));
-        __m512 e = expf_simd(minus_val);
-        val = _mm512_mul_ps(val, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
-        _mm512_storeu_ps(hb + i, _mm512_mul_ps(val, _mm512_loadu_ps(hb2 + i)));
-    }
-    swiglu(hb + i, hb2 + i, n - i);
-}
-
-/* Attention scores of Q queries that share one KV head, for head sizes 16,
-   32, ... 128: att[h * att_stride + t] = q[h] . key_t for t < n_keys, as
-   matvec_simd would give for each query. Each block of 16 keys is transposed
-   once (key t in lane t) and then serves all Q queries. */
-static inline __attribute__((always_inline)) void
-scores_simd(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
-            size_t kv_dim) {
-    int t = 0;
-    for (; t + 16 <= n_keys; t += 16) {
-        const float *block = keys + t * kv_dim;
-        __m512 columns[128]; /* columns[j]: dimension j of the 16 keys */
-        for (int j = 0; j < head_size; j += 16) {
-            for (int k = 0; k < 16; k++) {
-                /* the cache rows are far apart: ask for the next block's now */
-                if (t + 32 <= n_keys) prefetch(block + k * kv_dim + j, 16 * kv_dim * sizeof(float));
-                columns[j + k] = _mm512_loadu_ps(block + k * kv_dim + j);
-            }
-            transpose16(columns + j);
-        }
-        __m512 acc[8];
-        for (int h = 0; h < Q; h++) acc[h] = _mm512_setzero_ps();
-        for (int j = 0; j < head_size; j++)
-            for (int h = 0; h < Q; h++) acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(columns[j], _mm512_set1_ps(q[h][j])));
-        for (int h = 0; h < Q; h++) _mm512_storeu_ps(att + h * att_stride + t, acc[h]);
-    }
-    for (int h = 0; h < Q; h++) matvec_plain(att + h * att_stride, q[h], keys, head_size, kv_dim, t, n_keys);
-}
-
-/* out[k] = sum over t <= last[k] of att[k][t] * value_t, t in order, for G
-   queries and value rows of 16 * V floats: the sums stay in registers while
-   the rows stream past, each row loaded once for the G. last[] never
-   decreases, so they run together up to the first one's last position. */
-static inline __attribute__((always_inline)) void
-weighted_values_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
-                      const float *values, int kv_dim, int V) {
-    __m512 acc[4][8];
-    for (int g = 0; g < G; g++)
-        for (int v = 0; v < V; v++) acc[g][v] = _mm512_setzero_ps();
-    for (int t = 0; t <= last[0]; t++) {
-        const float *row = values + (size_t)t * kv_dim;
-        for (int v = 0; v < V; v++) prefetch(row + 16 * v, 16 * (size_t)kv_dim * sizeof(float));
-        for (int v = 0; v < V; v++) {
-            __m512 value = _mm512_loadu_ps(row + 16 * v);
-            for (int g = 0; g < G; g++)
-                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
-        }
-    }
-    for (int g = 1; g < G; g++)
-        for (int t = last[0] + 1; t <= last[g]; t++)
-            for (int v = 0; v < V; v++)
-                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]),
-                                                                 _mm512_loadu_ps(values + (size_t)t * kv_dim + 16 * v)));
-    for (int g = 0; g < G; g++)
-        for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
-}
-
-/* weighted_values_group for n_q queries: 4 at a time when 4 * V sums fit in
-   registers (V <= 4), else 2. */
-static inline __attribute__((always_inline)) void
-weighted_values(float *const *out, const float *att, size_t att_stride, const int *last, int n_q, const float *values,
-                int kv_dim, int V) {
-    int k = 0;
-    if (V <= 4)
-        for (; k + 4 <= n_q; k += 4) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, values, kv_dim, V);
-    for (; k + 2 <= n_q; k += 2) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, values, kv_dim, V);
-    for (; k < n_q; k++) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, values, kv_dim, V);
-}
-
-/* attention_head for the n_heads query heads of n_tokens consecutive tokens
-   (positions pos, pos + 1, ...) that share one KV head, up to 8 queries at a
-   time, for head sizes 16, 32, ... 128. The sums are attention_head's. att
-   holds 8 rows of att_stride. */
-static void attention_block_simd(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                                 const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
-                                 int n_heads) {
-    int n_q = n_tokens * n_heads;
-    for (int first = 0; first < n_q; first += 8) {
-        int count = n_q - first < 8 ? n_q - first : 8, last[8];
-        const float *query[8];
-        float *query_out[8];
-        for (int k = 0; k < count; k++) {
-            int token = (first + k) / n_heads, head = (first + k) % n_heads;
-            query[k] = q + (size_t)token * dim + head * head_size;
-            query_out[k] = out + (size_t)token * dim + head * head_size;
-            last[k] = pos + token; /* causal: the last position this query sees */
-        }
-        /* scores up to the latest position any of them sees, for 1, 2, 4 or 8
-           queries (a constant count keeps the sums in registers; extra rows of
-           att get copies of the last query's scores) */
-        int n_keys = last[count - 1] + 1, padded = count == 1 ? 1 : count == 2 ? 2 : count <= 4 ? 4 : 8;
-        for (int k = count; k < padded; k++) query[k] = query[count - 1];
-        switch (padded) {
-        case 1: scores_simd(att, att_stride, query, 1, keys, n_keys, head_size, kv_dim); break;
-        case 2: scores_simd(att, att_stride, query, 2, keys, n_keys, head_size, kv_dim); break;
-        case 4: scores_simd(att, att_stride, query, 4, keys, n_keys, head_size, kv_dim); break;
-        default: scores_simd(att, att_stride, query, 8, keys, n_keys, head_size, kv_dim); break;
-        }
-        int n_seen[8];
-        for (int k = 0; k < count; k++) {
-            float *a = att + k * att_stride;
-            for (int t = 0; t <= last[k]; t++) a[t] /= sqrtf(head_size);
-            n_seen[k] = last[k] + 1;
-        }
-        softmax_rows_simd(att, att_stride, n_seen, count);
-        switch (head_size / 16) {
-        case 1: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 1); break;
-        case 2: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 2); break;
-        case 3: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 3); break;
-        case 4: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 4); break;
-        case 5: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 5); break;
-        case 6: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 6); break;
-        case 7: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 7); break;
-        default: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 8); break;
-        }
-    }
-}
-
-/* Batched matvec with one token per lane: out_t[i][t] = W[i] . x[t], where the
-   input is transposed (x_t[j][t]) and tokens are padded to `width`, a multiple
-   of 16 up to 64. R rows and V = width / 16 vectors of tokens make R x V
-   accumulators; columns [jb, je) are added to what out_t holds (zero if jb == 0). */
-static inline __attribute__((always_inline)) void
-tokens_block(float *out_t, const float *x_t, const float *w, int n, int width, int row, int R, int V, int jb, int je) {
-    __m512 acc[6][4];
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++)
-            acc[r][v] = jb == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out_t + (size_t)(row + r) * width + 16 * v);
-    for (int j = jb; j < je; j++) {
-        if (j % 16 == 0) /* a new cache line of these rows: ask for the next rows' line now */
-            for (int r = 0; r < R; r++) prefetch(w + (size_t)(row + r) * n + j, (size_t)R * n * sizeof(float));
-        __m512 xv[4];
-        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_ps(x_t + (size_t)j * width + 16 * v);
-        for (int r = 0; r < R; r++) {
-            __m512 wr = _mm512_set1_ps(w[(size_t)(row + r) * n + j]);
-            for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(wr, xv[v]));
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * v, acc[r][v]);
-}
-
-static void matmul_tokens_rows(float *out_t, const float *x_t, const float *w, int n, int width, int begin, int end, int V) {
-    /* a block of columns of x_t stays in cache while every row uses it */
-    for (int jb = 0; jb < n; jb += 256) {
-        int je = jb + 256 < n ? jb + 256 : n, i = begin;
-        for (; i + 6 <= end; i += 6) tokens_block(out_t, x_t, w, n, width, i, 6, V, jb, je);
-        for (; i < end; i++) tokens_block(out_t, x_t, w, n, width, i, 1, V, jb, je);
-    }
-}
-
-/* Rows [begin, end) of out[t][i] = W[i] . x[t] for T tokens, via out_t. */
-static void matmul_tokens_simd(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
-                               int n, int T, int begin, int end) {
-    int V = (T + 15) / 16, width = 16 * V;
-    switch (V) { /* constant V lets the compiler keep the accumulators in registers */
-    case 1: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 1); break;
-    case 2: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 2); break;
-    case 3: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 3); break;
-    default: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 4); break;
-    }
-    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
-}
-
-/* quantize() for group sizes that are a multiple of 16: the same maximum, the
-   same division and the same rounding, 16 values at a time. */
-static void quantize_simd(int8_t *q, float *scale, const float *x, int n, int group_size) {
-    if (group_size % 16) {
-        quantize(q, scale, x, n, group_size);
-        return;
-    }
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    for (int g = 0; g < n / group_size; g++) {
-        const float *group = x + g * group_size;
-        __m512 max_abs = _mm512_setzero_ps();
-        for (int i = 0; i < group_size; i += 16) max_abs = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(group + i)), max_abs);
-        float s = _mm512_reduce_max_ps(max_abs) / 127.0f;
-        scale[g] = s;
-        __m512 sv = _mm512_set1_ps(s);
-        for (int i = 0; i < group_size; i += 16) {
-            __m512 v = s > 0 ? _mm512_div_ps(_mm512_loadu_ps(group + i), sv) : _mm512_setzero_ps();
-            __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), half, _CMP_GE_OQ);
-            __m512 step = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_sub_ps(_mm512_setzero_ps(), one), one);
-            r = _mm512_mask_add_ps(r, up, r, step);
-            /* as quantize(): NaN, and values past +-127 (a subnormal scale), give 0 */
-            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
-            _mm_storeu_si128((__m128i *)(q + g * group_size + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
-        }
-    }
-}
-
-/* Partial sums of 16 vectors of int32: in 128-bit lane L of t[k], the sums of
-   the four 32-bit values in lane L of v[4k], v[4k+1], v[4k+2], v[4k+3]. */
-static inline void reduce16_lanes(const __m512i v[16], __m512i t[4]) {
-    __m512i s[8];
-    for (int k = 0; k < 8; k++)
-        s[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
-    for (int k = 0; k < 4; k++)
-        t[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]), _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
-}
-
-/* Lane r of the result: the sum of all 16 values of v[r]. */
-static inline __m512i reduce16_epi32(const __m512i v[16]) {
-    __m512i t[4];
-    reduce16_lanes(v, t);
-    __m512i a = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x44), _mm512_shuffle_i32x4(t[0], t[1], 0xEE));
-    __m512i b = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x44), _mm512_shuffle_i32x4(t[2], t[3], 0xEE));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
-}
-
-/* The same for the two halves of each v[r] apart: lane r of *lo sums values
-   0..7 of v[r], lane r of *hi values 8..15. */
-static inline void reduce16_halves_epi32(const __m512i v[16], __m512i *lo, __m512i *hi) {
-    __m512i t[4];
-    reduce16_lanes(v, t);
-    __m512i a = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x88), _mm512_shuffle_i32x4(t[0], t[1], 0xDD));
-    __m512i b = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x88), _mm512_shuffle_i32x4(t[2], t[3], 0xDD));
-    *lo = _mm512_shuffle_i32x4(a, b, 0x88);
-    *hi = _mm512_shuffle_i32x4(a, b, 0xDD);
-}
-
-/* int8 dot products of 64 bytes into 16 int32 partial sums of (w + DOT_BIAS) * x:
-   vpdpbusd multiplies unsigned by signed bytes, so w goes in as w + 128, and
-   the caller subtracts 128 * sum(x), which is the same for every row. */
-#if defined(__AVX512VNNI__)
-#define DOT_BIAS 128
-static inline __m512i dot64_epi8(__m512i acc, __m512i w, __m512i x) {
-    return _mm512_dpbusd_epi32(acc, _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80)), x);
-}
-#else
-#define DOT_BIAS 0
-static inline __m512i dot64_epi8(__m512i acc, __m512i w, __m512i x) {
-    __m512i lo = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
-                                   _mm512_cvtepi8_epi16(_mm512_castsi512_si256(x)));
-    __m512i hi = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1)),
-                                   _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(x, 1)));
-    return _mm512_add_epi32(acc, _mm512_add_epi32(lo, hi));
-}
-#endif
-
-/* The sum of 32 int8 values. */
-static inline int32_t sum32_epi8(__m256i x) {
-    return _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(x), _mm512_set1_epi16(1)));
-}
-
-/* val += ival * (16 rows' scales of group g) * input scale, in the plain order. */
-static inline __m512 add_group(__m512 val, __m512i ival, const float *block_scale, __m512i scale_index, int g, float xs) {
-    __m512 ws = _mm512_i32gather_ps(_mm512_add_epi32(scale_index, _mm512_set1_epi32(g)), block_scale, 4);
-    return _mm512_add_ps(val, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ival), ws), _mm512_set1_ps(xs)));
-}
-
-/* matvec_q8_plain, 16 rows at a time, for group sizes 32 and multiples of 64:
-   integer sums are exact in any order, and the float sum over groups runs in
-   the plain kernel's order, one row per lane. */
-static void matvec_q8_simd(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                           int begin, int end) {
-    int i = begin, groups = n / group_size;
-    size_t ahead = prefetch_ahead(n);
-    if (group_size % 64 == 0 || group_size == 32) {
-        __m512i scale_index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                 _mm512_set1_epi32(groups));
-        for (; i + 16 <= end; i += 16) {
-            const int8_t *block = w->q + (size_t)i * n;
-            const float *block_scale = w->scale + (size_t)i * groups;
-            __m512 val = _mm512_setzero_ps();
-            __m512i sums[16];
-            if (group_size == 32) { /* one 64-byte load covers groups g and g + 1 */
-                for (int g = 0; g < groups; g += 2) {
-                    __mmask64 m = g + 1 < groups ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFF;
-                    __m512i x = _mm512_maskz_loadu_epi8(m, xq + g * 32);
-                    __m512i bias_lo = _mm512_set1_epi32(DOT_BIAS * sum32_epi8(_mm512_castsi512_si256(x)));
-                    __m512i bias_hi = _mm512_set1_epi32(DOT_BIAS * sum32_epi8(_mm512_extracti64x4_epi64(x, 1)));
-                    for (int r = 0; r < 16; r++) {
-                        const int8_t *row = block + (size_t)r * n + g * 32;
-                        prefetch(row, ahead);
-                        sums[r] = dot64_epi8(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, row), x);
-                    }
-                    __m512i lo, hi;
-                    reduce16_halves_epi32(sums, &lo, &hi);
-                    val = add_group(val, _mm512_sub_epi32(lo, bias_lo), block_scale, scale_index, g, xs[g]);
-                    if (g + 1 < groups)
-                        val = add_group(val, _mm512_sub_epi32(hi, bias_hi), block_scale, scale_index, g + 1, xs[g + 1]);
-                }
-            } else {
-                for (int g = 0; g < groups; g++) {
-                    int32_t x_sum = 0;
-                    for (int k = g * group_size; k < (g + 1) * group_size; k += 32)
-                        x_sum += sum32_epi8(_mm256_loadu_si256((const __m256i *)(xq + k)));
-                    __m512i bias = _mm512_set1_epi32(DOT_BIAS * x_sum);
-                    for (int r = 0; r < 16; r++) {
-                        __m512i acc = _mm512_setzero_si512();
-                        const int8_t *row = block + (size_t)r * n;
-                        for (int k = g * group_size; k < (g + 1) * group_size; k += 64) {
-                            prefetch(row + k, ahead);
-                            acc = dot64_epi8(acc, _mm512_loadu_si512(row + k), _mm512_loadu_si512(xq + k));
-                        }
-                        sums[r] = acc;
-                    }
-                    val = add_group(val, _mm512_sub_epi32(reduce16_epi32(sums), bias), block_scale, scale_index, g, xs[g]);
-                }
-            }
-            _mm512_storeu_ps(out + i, val);
-        }
-    }
-    matvec_q8_plain(out, xq, xs, w, n, group_size, i, end);
-}
-
-#if defined(__AVX512VNNI__)
-#define HAVE_Q8_TOKENS 1
-/* Batched int8 matvec with one token per lane, for group sizes that are a
-   multiple of 4: out_t[i][t] = W[i] . x[t]. vpdpbusd multiplies unsigned by
-   signed bytes, so the weights go in as w + 128 and 128 * sum(x) per group and
-   token (x_sum_t[g][t]) is subtracted again: the integer dot products are
-   exact, and the float sum over groups runs in the plain kernel's order. The
-   inputs come four bytes of 16 tokens per vector, xq_t[j / 4][t][j % 4], their
-   scales as xs_t[g][t]. R rows by V vectors of 16 tokens. */
-static inline __attribute__((always_inline)) void
-q8_tokens_block(float *out_t, const int8_t *xq_t, const float *xs_t, const int32_t *x_sum_t, const Matrix *w, int n,
-                int group_size, int width, int row, int R, int v0, int V) {
-    int groups = n / group_size;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512 val[6][2];
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++) val[r][v] = _mm512_setzero_ps();
-    for (int g = 0; g < groups; g++) {
-        __m512i acc[6][2];
-        for (int r = 0; r < R; r++)
-            for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
-        for (int j = g * group_size; j < (g + 1) * group_size; j += 4) {
-            if (j % 64 == 0) /* a new cache line of these rows: ask for the next rows' line now */
-                for (int r = 0; r < R; r++) prefetch(w->q + (size_t)(row + r) * n + j, (size_t)R * n);
-            __m512i x[2];
-            for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xq_t + ((size_t)(j / 4) * width + 16 * (v0 + v)) * 4);
-            for (int r = 0; r < R; r++) {
-                int32_t four;
-                memcpy(&four, w->q + (size_t)(row + r) * n + j, 4);
-                __m512i w_unsigned = _mm512_xor_si512(_mm512_set1_epi32(four), flip);
-                for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w_unsigned, x[v]);
-            }
-        }
-        for (int v = 0; v < V; v++) {
-            __m512i correction = _mm512_slli_epi32(_mm512_loadu_si512(x_sum_t + (size_t)g * width + 16 * (v0 + v)), 7);
-            __m512 x_scale = _mm512_loadu_ps(xs_t + (size_t)g * width + 16 * (v0 + v));
-            for (int r = 0; r < R; r++) {
-                __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], correction));
-                __m512 ws = _mm512_set1_ps(w->scale[(size_t)(row + r) * groups + g]);
-                val[r][v] = _mm512_add_ps(val[r][v], _mm512_mul_ps(_mm512_mul_ps(ival, ws), x_scale));
-            }
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
-}
-
-static void matmul_q8_tokens_simd(float *out, size_t out_stride, float *out_t, RunState *s, const Matrix *w, int n,
-                                  int group_size, int T, int begin, int end) {
-    int width = (T + 15) / 16 * 16;
-    const int8_t *xq_t = s->xq_t;
-    for (int v0 = 0; v0 < width / 16; v0 += 2) {
-        int i = begin;
-        if (v0 + 2 <= width / 16) {
-            for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 6, v0, 2);
-            for (; i < end; i++) q8_tokens_block(out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 1, v0, 2);
-        } else {
-            for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 6, v0, 1);
-            for (; i < end; i++) q8_tokens_block(out_t, xq_t, s->x_t, s->x_sum_t, w, n, group_size, width, i, 1, v0, 1);
-        }
-    }
-    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
-}
-#endif
-#endif
-
-/* The kernels forward() uses: the fast ones when the CPU has them. */
-static void matvec(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end) {
-#ifdef HAVE_SIMD
-    matvec_simd(out, x, w, n, stride, begin, end);
-#else
-    matvec_plain(out, x, w, n, stride, begin, end);
-#endif
-}
-
-static void quantize_fast(int8_t *q, float *scale, const float *x, int n, int group_size) {
-#ifdef HAVE_SIMD
-    quantize_simd(q, scale, x, n, group_size);
-#else
-    quantize(q, scale, x, n, group_size);
-#endif
-}
-
-static void softmax_fast(float *x, int n) {
-#ifdef HAVE_SIMD
-    softmax_simd(x, n);
-#else
-    softmax(x, n);
-#endif
-}
-
-static void swiglu_fast(float *hb, const float *hb2, int n) {
-#ifdef HAVE_SIMD
-    swiglu_simd(hb, hb2, n);
-#else
-    swiglu(hb, hb2, n);
-#endif
-}
-
-static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                      int begin, int end) {
-#ifdef HAVE_SIMD
-    matvec_q8_simd(out, xq, xs, w, n, group_size, begin, end);
-#else
-    matvec_q8_plain(out, xq, xs, w, n, group_size, begin, end);
-#endif
-}
-
-/* ------------------------------------------------------------------------- */
-/* Matmul and attention for a batch of tokens, split across the threads       */
-
-/* One weight matrix applied to every token of a batch: out[t][0..d) = W x[t],
-   W being [d][n], fp32 or int8. */
-typedef struct {
-    const Matrix *w;
-    float *out; /* [T][d] */
-    int d;
-} Projection;
-
-typedef struct {
-    RunState *s;
-    const float *x; /* [T][n] */
-    int n, T, group_size;
-    const Projection *proj;
-    int count;
-} MatmulJob;
-
-typedef struct {
-    RunState *s;
-    const float *x;
-    int group_size;
-    int with_sums; /* also each group's sum of int8 values, for the batched int8 kernel */
-} QuantizeJob;
-
-/* Units are the groups of the batch's rows, which lie end to end. */
-static void quantize_task(void *ctx, int begin, int end, int thread) {
-    QuantizeJob *job = ctx;
-    RunState *s = job->s;
-    int gs = job->group_size;
-    (void)thread;
-    quantize_fast(s->xq.q + (size_t)begin * gs, s->xq.scale + begin, job->x + (size_t)begin * gs, (end - begin) * gs, gs);
-    for (int g = begin; job->with_sums && g < end; g++) {
-        int32_t sum = 0;
-        for (int k = 0; k < gs; k++) sum += s->xq.q[(size_t)g * gs + k];
-        s->x_sum[g] = sum;
-    }
-}
-
-/* Rows [begin, end) of one projection; out_t is its own scratch area. */
-static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, int begin, int end) {
-    RunState *s = job->s;
-    (void)out_t; /* used by the SIMD kernels only */
-    const Matrix *w = proj->w;
-    int n = job->n, T = job->T, gs = job->group_size, d = proj->d;
-    if (w->q) {
-#ifdef HAVE_Q8_TOKENS
-        if (T > 1 && gs % 4 == 0) {
-            matmul_q8_tokens_simd(proj->out, d, out_t, s, w, n, gs, T, begin, end);
-            return;
-        }
-#endif
-        for (int t = 0; t < T; t++)
-            matvec_q8(proj->out + (size_t)t * d, s->xq.q + (size_t)t * n, s->xq.scale + (size_t)t * (n / gs), w, n, gs,
-                      begin, end);
-        return;
-    }
-#ifdef HAVE_SIMD
-    if (T > 1) {
-        matmul_tokens_simd(proj->out, d, out_t, s->x_t, w->f32, n, T, begin, end);
-        return;
-    }
-#endif
-    for (int t = 0; t < T; t++) matvec(proj->out + (size_t)t * d, job->x + (size_t)t * n, w->f32, n, n, begin, end);
-}
-
-/* Units are blocks of 16 rows, numbered through the projections in turn. */
-static void matmul_task(void *ctx, int begin, int end, int thread) {
-    MatmulJob *job = ctx;
-    (void)thread;
-    int first = 0;     /* the first unit of projection p */
-    size_t out_t_rows = 0; /* projections of one job use separate rows of out_t */
-    for (int p = 0; p < job->count && first < end; p++) {
-        int blocks = (job->proj[p].d + 15) / 16;
-        int lo = begin > first ? begin - first : 0, hi = end - first < blocks ? end - first : blocks;
-        if (lo < hi)
-            project_rows(job, &job->proj[p], job->s->out_t + out_t_rows * MAX_BATCH, 16 * lo,
-                         16 * hi < job->proj[p].d ? 16 * hi : job->proj[p].d);
-        first += blocks;
-        out_t_rows += job->proj[p].d;
-    }
-}
-
-/* Applies `count` projections that share the input x [T][n]: the input is
-   prepared (quantized, or transposed for the batched kernels) once for all. */
-static void matmul(RunState *s, const float *x, int n, int T, int group_size, const Projection *proj, int count) {
-    if (proj[0].w->q) {
-        int groups = n / group_size, batched = 0;
-#ifdef HAVE_Q8_TOKENS
-        batched = T > 1 && group_size % 4 == 0; /* matmul_q8_tokens_simd will run */
-#endif
-        QuantizeJob quantize_job = {s, x, group_size, batched};
-        /* about one multiply-add's time per value: small inputs stay on this thread */
-        parallel_for(quantize_task, &quantize_job, T * groups, 1.0 * T * n);
-#ifdef HAVE_Q8_TOKENS
-        if (batched) { /* its input layout, by 32-bit transposes: four int8 values, a group sum or a scale at a time */
-            int width = (T + 15) / 16 * 16;
-            transpose((float *)s->xq_t, width, (const float *)s->xq.q, n / 4, T, n / 4);
-            transpose((float *)s->x_sum_t, width, (const float *)s->x_sum, groups, T, groups);
-            transpose(s->x_t, width, s->xq.scale, groups, T, groups);
-        }
-#endif
-    }
-#ifdef HAVE_SIMD
-    else if (T > 1) { /* lanes past T hold stale values: their outputs are never read */
-        transpose(s->x_t, (T + 15) / 16 * 16, x, n, T, n);
-    }
-#endif
-    MatmulJob job = {s, x, n, T, group_size, proj, count};
-    int blocks = 0;
-    for (int p = 0; p < count; p++) blocks += (proj[p].d + 15) / 16;
-    parallel_for(matmul_task, &job, blocks, 16.0 * blocks * n * T);
-}
-
-typedef struct {
-    float *out;
-    const float *x, *weight;
-    int dim;
-    float eps;
-} NormJob;
-
-/* Units are tokens. */
-static void norm_task(void *ctx, int begin, int end, int thread) {
-    NormJob *job = ctx;
-    (void)thread;
-    for (int t = begin; t < end; t++)
-        rmsnorm(job->out + (size_t)t * job->dim, job->x + (size_t)t * job->dim, job->weight, job->dim, job->eps);
-}
-
-/* rmsnorm() of each of T tokens' rows, on all threads (its sum of squares is a
-   chain of dependent adds, each about as slow as four multiply-adds). */
-static void rmsnorm_batch(float *out, const float *x, const float *weight, int T, int dim, float eps) {
-    NormJob job = {out, x, weight, dim, eps};
-    parallel_for(norm_task, &job, T, 4.0 * T * dim);
-}
-
-typedef struct {
-    float *hb;
-    const float *hb2;
-    int n;
-} SwigluJob;
-
-/* Units are blocks of 256 values. */
-static void swiglu_task(void *ctx, int begin, int end, int thread) {
-    SwigluJob *job = ctx;
-    int from = 256 * begin, to = 256 * end < job->n ? 256 * end : job->n;
-    (void)thread;
-    swiglu_fast(job->hb + from, job->hb2 + from, to - from);
-}
-
-/* swiglu() over the whole batch, on all threads (an expf costs about 20 multiply-adds). */
-static void swiglu_batch(float *hb, const float *hb2, int n) {
-    SwigluJob job = {hb, hb2, n};
-    parallel_for(swiglu_task, &job, (n + 255) / 256, 20.0 * n);
-}
-
-typedef struct {
-    RunState *s;
-    const Config *c;
-    int layer, T, pos;
-} AttentionJob;
-
-/* One query head attending over the cached positions 0..pos: scores are
-   q.k / sqrt(head_size), softmaxed, then used to mix the values. */
-static void attention_head(float *out, const float *q, const float *keys, const float *values,
-                           float *att, int pos, int head_size, int kv_dim) {
-    matvec(att, q, keys, head_size, kv_dim, 0, pos + 1);
-    for (int t = 0; t <= pos; t++) att[t] /= sqrtf(head_size);
-    softmax_fast(att, pos + 1);
-    memset(out, 0, head_size * sizeof(float));
-    for (int t = 0; t <= pos; t++) {
-        const float *v = values + (size_t)t * kv_dim;
-        float a = att[t];
-        for (int i = 0; i < head_size; i++) out[i] += a * v[i];
-    }
-}
-
-/* Attention for the n_heads query heads of n_tokens consecutive tokens that
-   share one KV head; q and out are rows of dim floats, from the first of
-   those heads on. The plain version: attention_head for each. */
-static void attention_block(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                            const float *values, float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
-#ifdef HAVE_SIMD
-    if (head_size % 16 == 0 && head_size <= 128) {
-        attention_block_simd(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads);
-        return;
-    }
-#endif
-    (void)att_stride;
-    for (int t = 0; t < n_tokens; t++)
-        for (int h = 0; h < n_heads; h++) {
-            size_t offset = (size_t)t * dim + h * head_size;
-            attention_head(out + offset, q + offset, keys, values, att, pos + t, head_size, kv_dim);
-        }
-}
-
-/* Tokens in one unit of attention work: enough that a unit has 8 queries
-   sharing its KV head, which attention_block_simd takes at once. */
-static int attention_tokens_per_unit(const Config *c) {
-    int heads_per_kv = c->n_heads / c->n_kv_heads;
-    return heads_per_kv >= 8 ? 1 : 8 / heads_per_kv;
-}
-
-/* Units are the (block of tokens, KV head) pairs of the batch; each does the
-   query heads that share that KV head (grouped-query attention). */
-static void attention_task(void *ctx, int begin, int end, int thread) {
-    AttentionJob *job = ctx;
-    const Config *c = job->c;
-    RunState *s = job->s;
-    int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
-    int heads_per_kv = c->n_heads / c->n_kv_heads, per_unit = attention_tokens_per_unit(c);
-    size_t layer_offset = (size_t)job->layer * s->n_pos * kv_dim;
-    for (int unit = begin; unit < end; unit++) {
-        int first = unit / c->n_kv_heads * per_unit, kv_head = unit % c->n_kv_heads;
-        int n_tokens = job->T - first < per_unit ? job->T - first : per_unit;
-        size_t first_head = (size_t)first * c->dim + (size_t)kv_head * heads_per_kv * head_size;
-        attention_block(s->xb + first_head, s->q + first_head, n_tokens, c->dim, job->pos + first,
-                        s->key_cache + layer_offset + kv_head * head_size,
-                        s->value_cache + layer_offset + kv_head * head_size, s->att + (size_t)thread * 8 * s->n_pos,
-                        s->n_pos, head_size, kv_dim, heads_per_kv);
-    }
-}
-
-/* Causal attention of layer l for the batch's T tokens at positions pos.., all
-   heads, on all threads: reads q, writes xb. */
-static void attention(RunState *s, const Config *c, int layer, int T, int pos) {
-    AttentionJob job = {s, c, layer, T, pos};
-    int blocks = (T + attention_tokens_per_unit(c) - 1) / attention_tokens_per_unit(c);
-    parallel_for(attention_task, &job, blocks * c->n_kv_heads, (double)T * c->n_heads * (pos + T) * (c->dim / c->n_heads));
-}
-
-/* ------------------------------------------------------------------------- */
-/* forward(): tokens in, logits over the vocabulary out                       */
-
-/* Runs tokens[0..T) at positions pos..pos+T-1 (T <= MAX_BATCH) through the
-   model and, when asked, returns the logits of the last one. Each token's
-   arithmetic is the same as if it ran alone; together, each weight is read once
-   per batch instead of once per token. */
-static float *forward_batch(const Checkpoint *ck, RunState *s, const int *tokens, int T, int pos, int want_logits) {
+/* (Builds with Part II run forward_batch() instead, which the tests compare with this.) */
+__attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
     const Config *c = &ck->config;
     const Weights *w = &ck->weights;
     int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
     int head_size = dim / c->n_heads;
     int kv_dim = head_size * c->n_kv_heads;
+    int heads_per_kv = c->n_heads / c->n_kv_heads; /* query heads sharing a key/value head */
+    const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2, *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
 
-    for (int t = 0; t < T; t++) embed(s->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim, gs);
+    embed(s->x, &w->token_embedding, token, dim, gs);
 
     for (int l = 0; l < c->n_layers; l++) {
-        /* attention; K and V go straight into the cache rows of their positions */
-        float *k = s->key_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
-        float *v = s->value_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
-        rmsnorm_batch(s->xb, s->x, w->rms_att + (size_t)l * dim, T, dim, c->norm_eps);
-        Projection qkv[3] = {{&w->wq[l], s->q, dim}, {&w->wk[l], k, kv_dim}, {&w->wv[l], v, kv_dim}};
-        matmul(s, s->xb, dim, T, gs, qkv, 3);
-        for (int t = 0; t < T; t++) {
-            const float *cos_pos = s->rope_cos + (size_t)(pos + t) * head_size / 2;
-            const float *sin_pos = s->rope_sin + (size_t)(pos + t) * head_size / 2;
-            rope(s->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
-            rope(k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
+        /* attention: q, k, v from the normalised stream; k and v go straight
+           into the cache row of this position */
+        float *keys = s->key_cache + (size_t)l * s->n_pos * kv_dim;
+        float *values = s->value_cache + (size_t)l * s->n_pos * kv_dim;
+        float *k = keys + (size_t)pos * kv_dim, *v = values + (size_t)pos * kv_dim;
+        rmsnorm(s->xb, s->x, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
+        linear(s->q, s->xb, &w->wq[l], dim, dim, &s->xq, gs);
+        linear(k, s->xb, &w->wk[l], dim, kv_dim, &s->xq, gs);
+        linear(v, s->xb, &w->wv[l], dim, kv_dim, &s->xq, gs);
+        rope(s->q, dim, head_size, cos_pos, sin_pos);
+        rope(k, kv_dim, head_size, cos_pos, sin_pos);
+        for (int h = 0; h < c->n_heads; h++) {
+            size_t kv_offset = (size_t)(h / heads_per_kv) * head_size;
+            attention_head(s->xb + h * head_size, s->q + h * head_size, keys + kv_offset, values + kv_offset,
+                           s->att, pos, head_size, kv_dim);
         }
-        attention(s, c, l, T, pos);
-        Projection wo = {&w->wo[l], s->xb2, dim};
-        matmul(s, s->xb, dim, T, gs, &wo, 1);
-        add(s->x, s->xb2, T * dim);
+        linear(s->xb2, s->xb, &w->wo[l], dim, dim, &s->xq, gs);
+        add(s->x, s->xb2, dim);
 
         /* feed-forward: w2(silu(w1 x) * w3 x) */
-        rmsnorm_batch(s->xb, s->x, w->rms_ffn + (size_t)l * dim, T, dim, c->norm_eps);
-        Projection gate_up[2] = {{&w->w1[l], s->hb, hidden_dim}, {&w->w3[l], s->hb2, hidden_dim}};
-        matmul(s, s->xb, dim, T, gs, gate_up, 2);
-        swiglu_batch(s->hb, s->hb2, T * hidden_dim);
-        Projection down = {&w->w2[l], s->xb, dim};
-        matmul(s, s->hb, hidden_dim, T, gs, &down, 1);
-        add(s->x, s->xb, T * dim);
+        rmsnorm(s->xb, s->x, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
+        linear(s->hb, s->xb, &w->w1[l], dim, hidden_dim, &s->xq, gs);
+        linear(s->hb2, s->xb, &w->w3[l], dim, hidden_dim, &s->xq, gs);
+        swiglu(s->hb, s->hb2, hidden_dim);
+        linear(s->xb, s->hb, &w->w2[l], hidden_dim, dim, &s->xq, gs);
+        add(s->x, s->xb, dim);
     }
-    if (!want_logits) return NULL;
 
-    float *last = s->x + (size_t)(T - 1) * dim;
-    rmsnorm(last, last, w->rms_final, dim, c->norm_eps);
-    Projection classifier = {&w->classifier, s->logits, c->vocab_size};
-    matmul(s, last, dim, 1, gs, &classifier, 1);
+    rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
+    linear(s->logits, s->x, &w->classifier, dim, c->vocab_size, &s->xq, gs);
     return s->logits;
 }
-
-/* One token at one position. */
-static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
-    return forward_batch(ck, s, &token, 1, pos, 1);
-}
-
-/* Any number of tokens from position pos on, in batches; the last one's logits. */
-static float *forward_tokens(const Checkpoint *ck, RunState *s, const int *tokens, int n, int pos) {
-    float *logits = NULL;
-    for (int done = 0; done < n; done += MAX_BATCH) {
-        int batch = n - done < MAX_BATCH ? n - done : MAX_BATCH;
-        logits = forward_batch(ck, s, tokens + done, batch, pos + done, done + batch == n);
-    }
-    return logits;
-}
-
 /* ------------------------------------------------------------------------- */
 /* Tokenizer: text <-> token ids, SentencePiece BPE compatible                */
 
@@ -1904,6 +911,7 @@ typedef struct {
     float topp;        /* nucleus sampling threshold; outside (0, 1) = off */
     uint64_t rng_state;
     ProbIndex *probindex; /* scratch for top-p */
+    void (*softmax)(float *x, int n); /* softmax(), or its fast twin from Part II */
 } Sampler;
 
 /* xorshift64* */
@@ -1978,14 +986,1302 @@ static int sample_topp(const float *probs, int n, float topp, ProbIndex *probind
 static int sample(Sampler *s, float *logits) {
     if (s->temperature == 0.0f) return sample_argmax(logits, s->vocab_size);
     for (int i = 0; i < s->vocab_size; i++) logits[i] /= s->temperature;
-    softmax_fast(logits, s->vocab_size);
+    s->softmax(logits, s->vocab_size);
     float coin = random_f32(&s->rng_state);
     if (s->topp <= 0 || s->topp >= 1) return sample_mult(logits, s->vocab_size, coin);
     return sample_topp(logits, s->vocab_size, s->topp, s->probindex, coin);
 }
 
+/* ========================================================================= */
+/* PART II: THE SPEED                                                        */
+/*                                                                           */
+/* Threads, fast kernels and batching. The promise: everything here computes */
+/* exactly what Part I computes, bit for bit, only faster. Each fast kernel  */
+/* adds up the same products in the same order as its plain twin (several    */
+/* rows or tokens at once, one per vector lane, never a fused multiply-add), */
+/* and forward_batch() gives each token of a batch the arithmetic forward()  */
+/* would. test_all.c checks every kernel set the CPU has against Part I, and */
+/* batches against one token at a time. -DRUN_PLAIN leaves this part out.    */
+/* ========================================================================= */
+#ifndef RUN_PLAIN
+
 /* ------------------------------------------------------------------------- */
-/* Generate and chat                                                          */
+/* Threads: a pool started once; parallel_for() runs a task on all of them    */
+
+/* A task does the units [begin, end) of some work; `thread` (0 for the caller)
+   picks per-thread scratch space. */
+typedef void (*Task)(void *ctx, int begin, int end, int thread);
+
+typedef struct {
+    int n_threads; /* the caller counts as one */
+    pthread_t *workers;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    Task task; /* the current job: its task, context and units */
+    void *ctx;
+    int n_units, grab;
+    atomic_int next; /* the first unit no thread has taken yet */
+    /* The job's generation (high 32 bits), whether it is closed (bit 31) and
+       how many workers are inside it (low bits). A worker joins only an open
+       job; the caller closes it once it is empty, so it never waits for a
+       worker that is not even on a core, and rewrites the job only then. */
+    atomic_ullong state;
+    atomic_int stop;
+} ThreadPool;
+
+#define JOB_CLOSED (1ull << 31)
+
+static ThreadPool pool = {.n_threads = 1, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Takes units a few at a time until none are left: a thread that runs faster,
+   or whose partner is off its core on a busy machine, simply takes more. */
+static void take_units(int thread) {
+    for (;;) {
+        int begin = atomic_fetch_add(&pool.next, pool.grab);
+        if (begin >= pool.n_units) return;
+        pool.task(pool.ctx, begin, begin + pool.grab < pool.n_units ? begin + pool.grab : pool.n_units, thread);
+    }
+}
+
+static void *worker_main(void *arg) {
+    int thread = (int)(intptr_t)arg;
+    unsigned long long seen = 0; /* the last generation this worker looked at */
+    for (;;) {
+        /* spin a little first: during generation the next job comes within
+           microseconds, far sooner than a sleeping thread wakes up */
+        double start = seconds_now();
+        for (int spin = 1; atomic_load(&pool.state) >> 32 == seen; spin++) {
+            cpu_relax();
+            if (spin % 1024 == 0 && seconds_now() - start > 0.005) break;
+        }
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load(&pool.state) >> 32 == seen && !atomic_load(&pool.stop)) pthread_cond_wait(&pool.wake, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+        if (atomic_load(&pool.stop)) return NULL;
+        unsigned long long state = atomic_load(&pool.state);
+        seen = state >> 32;
+        while (!(state & JOB_CLOSED) && !atomic_compare_exchange_weak(&pool.state, &state, state + 1))
+            if (state >> 32 != seen) break; /* a newer job: look at it on the next turn */
+        if (state >> 32 != seen || (state & JOB_CLOSED)) continue;
+        take_units(thread);
+        atomic_fetch_sub(&pool.state, 1);
+    }
+}
+
+/* Runs task over units [0, n_units) on all threads. Work below 100000
+   multiply-adds (roughly) is done by the caller alone: waking the pool would
+   cost more. */
+static void parallel_for(Task task, void *ctx, int n_units, double work) {
+    if (pool.n_threads == 1 || n_units < 2 || work < 100000) {
+        task(ctx, 0, n_units, 0);
+        return;
+    }
+    pool.task = task;
+    pool.ctx = ctx;
+    pool.n_units = n_units;
+    pool.grab = n_units / (8 * pool.n_threads) > 1 ? n_units / (8 * pool.n_threads) : 1;
+    atomic_store(&pool.next, 0);
+    pthread_mutex_lock(&pool.lock);
+    atomic_store(&pool.state, ((atomic_load(&pool.state) >> 32) + 1) << 32); /* a new, open, empty job */
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    take_units(0);
+    /* close the job once no worker is inside; those inside are finishing a unit */
+    unsigned long long state = atomic_load(&pool.state);
+    for (;;) {
+        if ((state & ~(~0ull << 31)) == 0 && atomic_compare_exchange_weak(&pool.state, &state, state | JOB_CLOSED)) break;
+        cpu_relax();
+        state = atomic_load(&pool.state);
+    }
+}
+
+static void start_threads(int n) {
+    pool.n_threads = n;
+    if (n == 1) return;
+    atomic_store(&pool.state, JOB_CLOSED); /* generation 0, which each worker starts having seen */
+    pool.workers = xcalloc(n, sizeof(pthread_t));
+    for (int i = 1; i < n; i++)
+        if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0)
+            fail("cannot start thread %d of %d", i, n);
+}
+
+static void stop_threads(void) {
+    if (pool.n_threads == 1) return;
+    pthread_mutex_lock(&pool.lock);
+    atomic_store(&pool.stop, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    for (int i = 1; i < pool.n_threads; i++) pthread_join(pool.workers[i], NULL);
+    free(pool.workers);
+    pool.n_threads = 1;
+    atomic_store(&pool.stop, 0);
+}
+
+/* Reads one byte of every page of megabytes [begin, end) of the checkpoint. */
+static void touch_pages_task(void *ctx, int begin, int end, int thread) {
+    const Checkpoint *ck = ctx;
+    volatile uint8_t sink = 0;
+    for (size_t offset = (size_t)begin << 20; offset < ((size_t)end << 20) && offset < ck->file_size; offset += 4096)
+        sink ^= ck->data[offset];
+    (void)sink, (void)thread;
+}
+
+/* Brings the whole checkpoint into memory before the first token, so that the
+   speed of the prompt is not the speed of page faults: the kernel maps the
+   file in one call, then a read of each page settles it (on virtual machines
+   the first read of a page can cost microseconds). */
+static void prefault_checkpoint(const Checkpoint *ck) {
+#ifdef MADV_POPULATE_READ
+    madvise((void *)ck->data, ck->file_size, MADV_POPULATE_READ);
+#else
+    madvise((void *)ck->data, ck->file_size, MADV_WILLNEED);
+#endif
+    parallel_for(touch_pages_task, (void *)ck, (int)((ck->file_size + (1 << 20) - 1) >> 20), 1e9);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Kernel sets: the plain kernels of Part I, and fast twins for each kind of  */
+/* CPU, one set chosen at start-up                                            */
+
+typedef struct {
+    const char *name;
+    int (*cpu_has)(void);
+    void (*matvec)(float *out, const float *x, const float *w, int n, int begin, int end);
+    void (*quantize)(int8_t *q, float *scale, const float *x, int n, int group_size);
+    void (*matvec_q8)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                      int begin, int end);
+    void (*softmax)(float *x, int n);
+    void (*swiglu)(float *hb, const float *hb2, int n);
+    /* attention_head() for the n_heads query heads of n_tokens consecutive
+       tokens (positions pos, pos + 1, ...) that share one KV head; q and out
+       are rows of dim floats from the first of those heads on; att holds 8
+       rows of att_stride floats */
+    void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                            const float *values, float *att, size_t att_stride, int head_size, int kv_dim, int n_heads);
+    /* Batched matmuls, T > 1 tokens at once, each weight read once for all:
+       out[t * out_stride + i] = W[i] . x[t] for rows [begin, end). prepare_*
+       lays the input out once (x [T][n], or quantize()'s int8 values and
+       scales) in the set's own format; out_t is scratch. NULL: one token at a
+       time through matvec / matvec_q8. */
+    void (*prepare_tokens)(float *x_t, const float *x, int n, int T);
+    void (*matmul_tokens)(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
+                          int begin, int end);
+    int (*q8_tokens_supports)(int group_size);
+    void (*prepare_q8_tokens)(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T);
+    void (*matmul_q8_tokens)(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
+                             int group_size, int T, int begin, int end);
+} KernelSet;
+
+static int cpu_has_always(void) { return 1; }
+
+static void attention_block_plain(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                                  const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
+                                  int n_heads) {
+    (void)att_stride;
+    for (int t = 0; t < n_tokens; t++)
+        for (int h = 0; h < n_heads; h++) {
+            size_t offset = (size_t)t * dim + h * head_size;
+            attention_head(out + offset, q + offset, keys, values, att, pos + t, head_size, kv_dim);
+        }
+}
+
+static const KernelSet plain_kernels = {
+    .name = "plain", .cpu_has = cpu_has_always, .matvec = matvec, .quantize = quantize, .matvec_q8 = matvec_q8,
+    .softmax = softmax, .swiglu = swiglu, .attention_block = attention_block_plain,
+};
+
+#if defined(__x86_64__)
+/* ------------------------------------------------------------------------- */
+/* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
+
+/* Compiled for these instruction sets whatever the build's -march; called
+   only when the CPU reports them. */
+#define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
+#define VNNI __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+
+/* The matvec kernels below walk blocks of 16 rows, a column of 64 bytes of
+   each at a time, and ask for data ahead of the hardware prefetcher: the same
+   columns of the next block when a block is small (rows up to 1.5 KB), else a
+   few lines further along each row. */
+#define PREFETCH_BYTES 256
+#define PREFETCH_NEXT_BLOCK_MAX (24 << 10)
+
+/* Asks for the cache line `bytes` past p. A prefetch never faults, so that
+   line may lie past the data; the address is computed as an integer, so that
+   no out-of-bounds pointer is formed. */
+static inline AVX512 void prefetch(const void *p, size_t bytes) {
+    _mm_prefetch((const char *)((uintptr_t)p + bytes), _MM_HINT_T0);
+}
+
+/* How far ahead, in bytes, the kernels prefetch in blocks of 16 rows of row_bytes. */
+static inline AVX512 size_t prefetch_ahead(size_t row_bytes) {
+    return 16 * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? 16 * row_bytes : PREFETCH_BYTES;
+}
+
+/* r[0..15] are 16 rows of 16 floats; afterwards r[m] holds column m. */
+static inline AVX512 void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) {
+        u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+    }
+    /* u[4a + c], 128-bit lane L, holds rows 4a..4a+3 of column 4L + c */
+    for (int c = 0; c < 4; c++) {
+        __m512 lo0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), lo1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        __m512 hi0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE), hi1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(lo0, lo1, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0xDD);
+    }
+}
+
+/* dst[c * dst_stride + r] = src[r * src_stride + c] for a rows x cols block, by
+   16x16 tiles. */
+static AVX512 void transpose(float *dst, size_t dst_stride, const float *src, size_t src_stride, int rows, int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        for (int c0 = 0; c0 < cols; c0 += 16) {
+            int nr = rows - r0 < 16 ? rows - r0 : 16, nc = cols - c0 < 16 ? cols - c0 : 16;
+            __mmask16 col_mask = (__mmask16)((1u << nc) - 1), row_mask = (__mmask16)((1u << nr) - 1);
+            __m512 t[16];
+            for (int k = 0; k < 16; k++)
+                t[k] = k < nr ? _mm512_maskz_loadu_ps(col_mask, src + (r0 + k) * src_stride + c0) : _mm512_setzero_ps();
+            transpose16(t);
+            for (int k = 0; k < nc; k++) {
+                if (nr == 16) _mm512_storeu_ps(dst + (c0 + k) * dst_stride + r0, t[k]); /* masked stores are slow on some CPUs */
+                else _mm512_mask_storeu_ps(dst + (c0 + k) * dst_stride + r0, row_mask, t[k]);
+            }
+        }
+    }
+}
+
+/* matvec_plain, 16 rows at a time: blocks of 16x16 weights are transposed so
+   that lane r accumulates row r's products in column order. */
+static AVX512 void matvec_avx512(float *out, const float *x, const float *w, int n, int begin, int end) {
+    size_t stride = n;
+    int i = begin;
+    size_t ahead = prefetch_ahead(stride * sizeof(float));
+    for (; i + 16 <= end; i += 16) {
+        const float *block = w + i * stride;
+        __m512 acc = _mm512_setzero_ps();
+        int j = 0;
+        for (; j + 16 <= n; j += 16) {
+            __m512 r[16];
+            for (int k = 0; k < 16; k++) {
+                prefetch(block + k * stride + j, ahead);
+                r[k] = _mm512_loadu_ps(block + k * stride + j);
+            }
+            transpose16(r);
+            for (int c = 0; c < 16; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
+        }
+        if (j < n) {
+            __mmask16 tail = (__mmask16)((1u << (n - j)) - 1);
+            __m512 r[16];
+            for (int k = 0; k < 16; k++) r[k] = _mm512_maskz_loadu_ps(tail, block + k * stride + j);
+            transpose16(r);
+            for (int c = 0; c < n - j; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
+        }
+        _mm512_storeu_ps(out + i, acc);
+    }
+    matvec(out, x, w, n, i, end);
+}
+
+/* 2^(i/32) for i = 0..31, rounded to double: the table glibc's expf uses. */
+static const double exp2_fraction[32] = {
+    0x1.0000000000000p+0, 0x1.059b0d3158574p+0, 0x1.0b5586cf9890fp+0, 0x1.11301d0125b51p+0,
+    0x1.172b83c7d517bp+0, 0x1.1d4873168b9aap+0, 0x1.2387a6e756238p+0, 0x1.29e9df51fdee1p+0,
+    0x1.306fe0a31b715p+0, 0x1.371a7373aa9cbp+0, 0x1.3dea64c123422p+0, 0x1.44e086061892dp+0,
+    0x1.4bfdad5362a27p+0, 0x1.5342b569d4f82p+0, 0x1.5ab07dd485429p+0, 0x1.6247eb03a5585p+0,
+    0x1.6a09e667f3bcdp+0, 0x1.71f75e8ec5f74p+0, 0x1.7a11473eb0187p+0, 0x1.82589994cce13p+0,
+    0x1.8ace5422aa0dbp+0, 0x1.93737b0cdc5e5p+0, 0x1.9c49182a3f090p+0, 0x1.a5503b23e255dp+0,
+    0x1.ae89f995ad3adp+0, 0x1.b7f76f2fb5e47p+0, 0x1.c199bdd85529cp+0, 0x1.cb720dcef9069p+0,
+    0x1.d5818dcfba487p+0, 0x1.dfc97337b9b5fp+0, 0x1.ea4afa2a490dap+0, 0x1.f50765b6e4540p+0,
+};
+
+/* glibc's expf for 8 floats, in double precision, with the same operations
+   (fused where its FMA build fuses them): x * 32/ln2 = k + r, |r| <= 1/2, and
+   exp(x) = 2^(k/32) * 2^(r/32), the latter from a cubic in r. */
+static inline AVX512 __m256 expf8(__m256 x) {
+    const __m512d inv_ln2_32 = _mm512_set1_pd(0x1.71547652b82fep+5), round_shift = _mm512_set1_pd(0x1.8p+52);
+    __m512d xd = _mm512_cvtps_pd(x);
+    __m512d kd = _mm512_fmadd_pd(inv_ln2_32, xd, round_shift); /* k, rounded, in the low bits */
+    __m512i k = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, round_shift);
+    __m512d r = _mm512_fmsub_pd(inv_ln2_32, xd, kd);
+    /* 2^(k/32) = 2^((k mod 32)/32) from the table, times 2^floor(k/32) added to its exponent */
+    __m512i i = _mm512_and_si512(k, _mm512_set1_epi64(31));
+    const __m512i *table = (const __m512i *)exp2_fraction;
+    __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(table), i, _mm512_loadu_si512(table + 1));
+    __m512i high = _mm512_permutex2var_epi64(_mm512_loadu_si512(table + 2), i, _mm512_loadu_si512(table + 3));
+    __m512i fraction = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(i, _mm512_set1_epi64(16)), low, high);
+    __m512d scale = _mm512_castsi512_pd(
+        _mm512_add_epi64(fraction, _mm512_slli_epi64(_mm512_andnot_si512(_mm512_set1_epi64(31), k), 47)));
+    __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.c6af84b912394p-20), _mm512_set1_pd(0x1.ebfce50fac4f3p-13));
+    __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.62e42ff0c52d6p-6), _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(z, r2, y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, scale));
+}
+
+/* expf() of 16 floats, bit for bit what glibc's expf gives on a CPU with FMA
+   (every CPU with AVX-512): its main path covers [-103.28, 88.72], below
+   -103.97 it gives 0, and the few lanes left (NaN, overflow, the edge of
+   underflow) go to expf() itself. */
+static inline AVX512 __m512 expf_avx512(__m512 x) {
+    __m256 low = expf8(_mm512_castps512_ps256(x));
+    __m256 high = expf8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m512 y = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(low)), _mm256_castps_pd(high), 1));
+    __mmask16 main_path = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9d1d9ep+6f), _CMP_GE_OQ) &
+                          _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1.62e42ep+6f), _CMP_LE_OQ);
+    __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9fe368p+6f), _CMP_LT_OQ);
+    y = _mm512_maskz_mov_ps(main_path, y);
+    __mmask16 rest = (__mmask16) ~(main_path | zero);
+    if (rest) {
+        float in[16], out[16];
+        _mm512_storeu_ps(in, x);
+        _mm512_storeu_ps(out, y);
+        for (int k = 0; k < 16; k++)
+            if (rest >> k & 1) out[k] = expf(in[k]);
+        y = _mm512_loadu_ps(out);
+    }
+    return y;
+}
+
+/* x[i] = exp(x[i] - max(x)), the first steps of softmax(), 16 at a time; the
+   maximum is the plain loop's. */
+static AVX512 void exp_shifted_avx512(float *x, int n) {
+    __m512 lane_max = _mm512_set1_ps(x[0]);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        lane_max = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lane_max, _CMP_GT_OQ), lane_max, v);
+    }
+    float lanes[16], max_val = x[0];
+    _mm512_storeu_ps(lanes, lane_max);
+    for (int k = 0; k < 16; k++)
+        if (lanes[k] > max_val) max_val = lanes[k];
+    for (; i < n; i++)
+        if (x[i] > max_val) max_val = x[i];
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, expf_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max_val))));
+    for (; i < n; i++) x[i] = expf(x[i] - max_val);
+}
+
+static AVX512 void divide_avx512(float *x, int n, float sum) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(sum)));
+    for (; i < n; i++) x[i] /= sum;
+}
+
+/* softmax(), 16 exponentials at a time; the sum runs in the plain order. */
+static AVX512 void softmax_avx512(float *x, int n) {
+    if (n < 16) {
+        softmax(x, n);
+        return;
+    }
+    exp_shifted_avx512(x, n);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += x[i];
+    divide_avx512(x, n, sum);
+}
+
+/* softmax_avx512() of up to 8 rows of att, row k being n[k] long (n[] never
+   decreases). A sum in the plain order is a chain of dependent adds; here the
+   rows' sums advance together, one per lane, over 16x16 transposed blocks. */
+static AVX512 void softmax_rows_avx512(float *att, size_t att_stride, const int *n, int count) {
+    for (int k = 0; k < count; k++) exp_shifted_avx512(att + k * att_stride, n[k]);
+    __m512 lane_sum = _mm512_setzero_ps(); /* lane k: row k's sum so far */
+    int t = 0;
+    for (; t + 16 <= n[0]; t += 16) {
+        __m512 r[16];
+        for (int k = 0; k < 16; k++) r[k] = k < count ? _mm512_loadu_ps(att + k * att_stride + t) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int c = 0; c < 16; c++) lane_sum = _mm512_add_ps(lane_sum, r[c]);
+    }
+    float sum[16];
+    _mm512_storeu_ps(sum, lane_sum);
+    for (int k = 0; k < count; k++) {
+        float *a = att + k * att_stride;
+        for (int i = t; i < n[k]; i++) sum[k] += a[i];
+        divide_avx512(a, n[k], sum[k]);
+    }
+}
+
+/* swiglu(), 16 values at a time. */
+static AVX512 void swiglu_avx512(float *hb, const float *hb2, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 val = _mm512_loadu_ps(hb + i);
+        __m512 minus_val = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(val), _mm512_set1_epi32(INT32_MIN)));
+        __m512 e = expf_avx512(minus_val);
+        val = _mm512_mul_ps(val, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+        _mm512_storeu_ps(hb + i, _mm512_mul_ps(val, _mm512_loadu_ps(hb2 + i)));
+    }
+    swiglu(hb + i, hb2 + i, n - i);
+}
+
+/* Attention scores of Q queries that share one KV head, for head sizes 16,
+   32, ... 128: att[h * att_stride + t] = q[h] . key_t for t < n_keys, as
+   matvec_avx512 would give for each query. Each block of 16 keys is transposed
+   once (key t in lane t) and then serves all Q queries. */
+static inline __attribute__((always_inline)) AVX512 void
+scores_avx512(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
+            size_t kv_dim) {
+    int t = 0;
+    for (; t + 16 <= n_keys; t += 16) {
+        const float *block = keys + t * kv_dim;
+        __m512 columns[128]; /* columns[j]: dimension j of the 16 keys */
+        for (int j = 0; j < head_size; j += 16) {
+            for (int k = 0; k < 16; k++) {
+                /* the cache rows are far apart: ask for the next block's now */
+                if (t + 32 <= n_keys) prefetch(block + k * kv_dim + j, 16 * kv_dim * sizeof(float));
+                columns[j + k] = _mm512_loadu_ps(block + k * kv_dim + j);
+            }
+            transpose16(columns + j);
+        }
+        __m512 acc[8];
+        for (int h = 0; h < Q; h++) acc[h] = _mm512_setzero_ps();
+        for (int j = 0; j < head_size; j++)
+            for (int h = 0; h < Q; h++) acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(columns[j], _mm512_set1_ps(q[h][j])));
+        for (int h = 0; h < Q; h++) _mm512_storeu_ps(att + h * att_stride + t, acc[h]);
+    }
+    for (int h = 0; h < Q; h++) /* the last keys, as attention_head() sums them */
+        for (int u = t; u < n_keys; u++) {
+            float score = 0.0f;
+            for (int i = 0; i < head_size; i++) score += keys[(size_t)u * kv_dim + i] * q[h][i];
+            att[h * att_stride + u] = score;
+        }
+}
+
+/* out[k] = sum over t <= last[k] of att[k][t] * value_t, t in order, for G
+   queries and value rows of 16 * V floats: the sums stay in registers while
+   the rows stream past, each row loaded once for the G. last[] never
+   decreases, so they run together up to the first one's last position. */
+static inline __attribute__((always_inline)) AVX512 void
+weighted_values_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
+                      const float *values, int kv_dim, int V) {
+    __m512 acc[4][8];
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) acc[g][v] = _mm512_setzero_ps();
+    for (int t = 0; t <= last[0]; t++) {
+        const float *row = values + (size_t)t * kv_dim;
+        for (int v = 0; v < V; v++) prefetch(row + 16 * v, 16 * (size_t)kv_dim * sizeof(float));
+        for (int v = 0; v < V; v++) {
+            __m512 value = _mm512_loadu_ps(row + 16 * v);
+            for (int g = 0; g < G; g++)
+                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
+        }
+    }
+    for (int g = 1; g < G; g++)
+        for (int t = last[0] + 1; t <= last[g]; t++)
+            for (int v = 0; v < V; v++)
+                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]),
+                                                                 _mm512_loadu_ps(values + (size_t)t * kv_dim + 16 * v)));
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
+}
+
+/* weighted_values_group for n_q queries: 4 at a time when 4 * V sums fit in
+   registers (V <= 4), else 2. */
+static inline __attribute__((always_inline)) AVX512 void
+weighted_values(float *const *out, const float *att, size_t att_stride, const int *last, int n_q, const float *values,
+                int kv_dim, int V) {
+    int k = 0;
+    if (V <= 4)
+        for (; k + 4 <= n_q; k += 4) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, values, kv_dim, V);
+    for (; k + 2 <= n_q; k += 2) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, values, kv_dim, V);
+    for (; k < n_q; k++) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, values, kv_dim, V);
+}
+
+/* attention_head for the n_heads query heads of n_tokens consecutive tokens
+   (positions pos, pos + 1, ...) that share one KV head, up to 8 queries at a
+   time, for head sizes 16, 32, ... 128. The sums are attention_head's. att
+   holds 8 rows of att_stride. */
+static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                                 const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
+                                 int n_heads) {
+    if (head_size % 16 || head_size > 128) {
+        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads);
+        return;
+    }
+    int n_q = n_tokens * n_heads;
+    for (int first = 0; first < n_q; first += 8) {
+        int count = n_q - first < 8 ? n_q - first : 8, last[8];
+        const float *query[8];
+        float *query_out[8];
+        for (int k = 0; k < count; k++) {
+            int token = (first + k) / n_heads, head = (first + k) % n_heads;
+            query[k] = q + (size_t)token * dim + head * head_size;
+            query_out[k] = out + (size_t)token * dim + head * head_size;
+            last[k] = pos + token; /* causal: the last position this query sees */
+        }
+        /* scores up to the latest position any of them sees, for 1, 2, 4 or 8
+           queries (a constant count keeps the sums in registers; extra rows of
+           att get copies of the last query's scores) */
+        int n_keys = last[count - 1] + 1, padded = count == 1 ? 1 : count == 2 ? 2 : count <= 4 ? 4 : 8;
+        for (int k = count; k < padded; k++) query[k] = query[count - 1];
+        switch (padded) {
+        case 1: scores_avx512(att, att_stride, query, 1, keys, n_keys, head_size, kv_dim); break;
+        case 2: scores_avx512(att, att_stride, query, 2, keys, n_keys, head_size, kv_dim); break;
+        case 4: scores_avx512(att, att_stride, query, 4, keys, n_keys, head_size, kv_dim); break;
+        default: scores_avx512(att, att_stride, query, 8, keys, n_keys, head_size, kv_dim); break;
+        }
+        int n_seen[8];
+        for (int k = 0; k < count; k++) {
+            float *a = att + k * att_stride;
+            for (int t = 0; t <= last[k]; t++) a[t] /= sqrtf(head_size);
+            n_seen[k] = last[k] + 1;
+        }
+        softmax_rows_avx512(att, att_stride, n_seen, count);
+        switch (head_size / 16) {
+        case 1: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 1); break;
+        case 2: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 2); break;
+        case 3: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 3); break;
+        case 4: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 4); break;
+        case 5: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 5); break;
+        case 6: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 6); break;
+        case 7: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 7); break;
+        default: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 8); break;
+        }
+    }
+}
+
+/* Batched matvec with one token per lane: out_t[i][t] = W[i] . x[t], where the
+   input is transposed (x_t[j][t]) and tokens are padded to `width`, a multiple
+   of 16 up to 64. R rows and V = width / 16 vectors of tokens make R x V
+   accumulators; columns [jb, je) are added to what out_t holds (zero if jb == 0). */
+static inline __attribute__((always_inline)) AVX512 void
+tokens_block(float *out_t, const float *x_t, const float *w, int n, int width, int row, int R, int V, int jb, int je) {
+    __m512 acc[6][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++)
+            acc[r][v] = jb == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out_t + (size_t)(row + r) * width + 16 * v);
+    for (int j = jb; j < je; j++) {
+        if (j % 16 == 0) /* a new cache line of these rows: ask for the next rows' line now */
+            for (int r = 0; r < R; r++) prefetch(w + (size_t)(row + r) * n + j, (size_t)R * n * sizeof(float));
+        __m512 xv[4];
+        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_ps(x_t + (size_t)j * width + 16 * v);
+        for (int r = 0; r < R; r++) {
+            __m512 wr = _mm512_set1_ps(w[(size_t)(row + r) * n + j]);
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(wr, xv[v]));
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * v, acc[r][v]);
+}
+
+static AVX512 void matmul_tokens_rows(float *out_t, const float *x_t, const float *w, int n, int width, int begin, int end, int V) {
+    /* a block of columns of x_t stays in cache while every row uses it */
+    for (int jb = 0; jb < n; jb += 256) {
+        int je = jb + 256 < n ? jb + 256 : n, i = begin;
+        for (; i + 6 <= end; i += 6) tokens_block(out_t, x_t, w, n, width, i, 6, V, jb, je);
+        for (; i < end; i++) tokens_block(out_t, x_t, w, n, width, i, 1, V, jb, je);
+    }
+}
+
+/* Rows [begin, end) of out[t][i] = W[i] . x[t] for T tokens, via out_t. */
+static AVX512 void matmul_tokens_avx512(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
+                               int n, int T, int begin, int end) {
+    int V = (T + 15) / 16, width = 16 * V;
+    switch (V) { /* constant V lets the compiler keep the accumulators in registers */
+    case 1: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 1); break;
+    case 2: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 2); break;
+    case 3: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 3); break;
+    default: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 4); break;
+    }
+    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
+}
+
+/* quantize() for group sizes that are a multiple of 16: the same maximum, the
+   same division and the same rounding, 16 values at a time. */
+static AVX512 void quantize_avx512(int8_t *q, float *scale, const float *x, int n, int group_size) {
+    if (group_size % 16) {
+        quantize(q, scale, x, n, group_size);
+        return;
+    }
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    for (int g = 0; g < n / group_size; g++) {
+        const float *group = x + g * group_size;
+        __m512 max_abs = _mm512_setzero_ps();
+        for (int i = 0; i < group_size; i += 16) max_abs = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(group + i)), max_abs);
+        float s = _mm512_reduce_max_ps(max_abs) / 127.0f;
+        scale[g] = s;
+        __m512 sv = _mm512_set1_ps(s);
+        for (int i = 0; i < group_size; i += 16) {
+            __m512 v = s > 0 ? _mm512_div_ps(_mm512_loadu_ps(group + i), sv) : _mm512_setzero_ps();
+            __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), half, _CMP_GE_OQ);
+            __m512 step = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_sub_ps(_mm512_setzero_ps(), one), one);
+            r = _mm512_mask_add_ps(r, up, r, step);
+            /* as quantize(): NaN, and values past +-127 (a subnormal scale), give 0 */
+            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
+            _mm_storeu_si128((__m128i *)(q + g * group_size + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+        }
+    }
+}
+
+/* Partial sums of 16 vectors of int32: in 128-bit lane L of t[k], the sums of
+   the four 32-bit values in lane L of v[4k], v[4k+1], v[4k+2], v[4k+3]. */
+static inline AVX512 void reduce16_lanes(const __m512i v[16], __m512i t[4]) {
+    __m512i s[8];
+    for (int k = 0; k < 8; k++)
+        s[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; k++)
+        t[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]), _mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
+}
+
+/* Lane r of the result: the sum of all 16 values of v[r]. */
+static inline AVX512 __m512i reduce16_epi32(const __m512i v[16]) {
+    __m512i t[4];
+    reduce16_lanes(v, t);
+    __m512i a = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x44), _mm512_shuffle_i32x4(t[0], t[1], 0xEE));
+    __m512i b = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x44), _mm512_shuffle_i32x4(t[2], t[3], 0xEE));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
+}
+
+/* The same for the two halves of each v[r] apart: lane r of *lo sums values
+   0..7 of v[r], lane r of *hi values 8..15. */
+static inline AVX512 void reduce16_halves_epi32(const __m512i v[16], __m512i *lo, __m512i *hi) {
+    __m512i t[4];
+    reduce16_lanes(v, t);
+    __m512i a = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x88), _mm512_shuffle_i32x4(t[0], t[1], 0xDD));
+    __m512i b = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x88), _mm512_shuffle_i32x4(t[2], t[3], 0xDD));
+    *lo = _mm512_shuffle_i32x4(a, b, 0x88);
+    *hi = _mm512_shuffle_i32x4(a, b, 0xDD);
+}
+
+/* int8 dot products of 64 bytes into 16 int32 partial sums, lane k taking
+   bytes 4k..4k+3, so that lanes 0-7 cover the first 32 bytes. The VNNI
+   instruction vpdpbusd multiplies unsigned by signed bytes: w goes in as
+   w + 128, and the caller subtracts 128 * sum(x) (the `bias`), the same for
+   every row. Without VNNI, bytes widen to 16 bits for vpmaddwd (no bias). */
+typedef __m512i (*Dot64)(__m512i acc, __m512i w, __m512i x);
+
+static inline __attribute__((always_inline)) VNNI __m512i dot64_vnni(__m512i acc, __m512i w, __m512i x) {
+    return _mm512_dpbusd_epi32(acc, _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80)), x);
+}
+
+static inline __attribute__((always_inline)) AVX512 __m512i dot64_madd(__m512i acc, __m512i w, __m512i x) {
+    __m512i lo = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
+                                   _mm512_cvtepi8_epi16(_mm512_castsi512_si256(x)));
+    __m512i hi = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1)),
+                                   _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(x, 1)));
+    /* lo holds bytes 0-31 in all 16 lanes, hi bytes 32-63: fold each into 8 lanes */
+    return _mm512_add_epi32(acc, _mm512_add_epi32(_mm512_shuffle_i32x4(lo, hi, 0x44), _mm512_shuffle_i32x4(lo, hi, 0xEE)));
+}
+
+/* The sum of 32 int8 values. */
+static inline AVX512 int32_t sum32_epi8(__m256i x) {
+    return _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(x), _mm512_set1_epi16(1)));
+}
+
+/* val += ival * (16 rows' scales of group g) * input scale, in the plain order. */
+static inline AVX512 __m512 add_group(__m512 val, __m512i ival, const float *block_scale, __m512i scale_index, int g, float xs) {
+    __m512 ws = _mm512_i32gather_ps(_mm512_add_epi32(scale_index, _mm512_set1_epi32(g)), block_scale, 4);
+    return _mm512_add_ps(val, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ival), ws), _mm512_set1_ps(xs)));
+}
+
+/* matvec_q8(), 16 rows at a time, for group sizes 32 and multiples of 64:
+   integer sums are exact in any order, and the float sum over groups runs in
+   the plain kernel's order, one row per lane. */
+static inline __attribute__((always_inline)) AVX512 void
+matvec_q8_rows(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
+               int end, Dot64 dot, int bias) {
+    int i = begin, groups = n / group_size;
+    size_t ahead = prefetch_ahead(n);
+    if (group_size % 64 == 0 || group_size == 32) {
+        __m512i scale_index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                 _mm512_set1_epi32(groups));
+        for (; i + 16 <= end; i += 16) {
+            const int8_t *block = w->q + (size_t)i * n;
+            const float *block_scale = w->scale + (size_t)i * groups;
+            __m512 val = _mm512_setzero_ps();
+            __m512i sums[16];
+            if (group_size == 32) { /* one 64-byte load covers groups g and g + 1 */
+                for (int g = 0; g < groups; g += 2) {
+                    __mmask64 m = g + 1 < groups ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFF;
+                    __m512i x = _mm512_maskz_loadu_epi8(m, xq + g * 32);
+                    __m512i bias_lo = _mm512_set1_epi32(bias * sum32_epi8(_mm512_castsi512_si256(x)));
+                    __m512i bias_hi = _mm512_set1_epi32(bias * sum32_epi8(_mm512_extracti64x4_epi64(x, 1)));
+                    for (int r = 0; r < 16; r++) {
+                        const int8_t *row = block + (size_t)r * n + g * 32;
+                        prefetch(row, ahead);
+                        sums[r] = dot(_mm512_setzero_si512(), _mm512_maskz_loadu_epi8(m, row), x);
+                    }
+                    __m512i lo, hi;
+                    reduce16_halves_epi32(sums, &lo, &hi);
+                    val = add_group(val, _mm512_sub_epi32(lo, bias_lo), block_scale, scale_index, g, xs[g]);
+                    if (g + 1 < groups)
+                        val = add_group(val, _mm512_sub_epi32(hi, bias_hi), block_scale, scale_index, g + 1, xs[g + 1]);
+                }
+            } else {
+                for (int g = 0; g < groups; g++) {
+                    int32_t x_sum = 0;
+                    for (int k = g * group_size; k < (g + 1) * group_size; k += 32)
+                        x_sum += sum32_epi8(_mm256_loadu_si256((const __m256i *)(xq + k)));
+                    __m512i group_bias = _mm512_set1_epi32(bias * x_sum);
+                    for (int r = 0; r < 16; r++) {
+                        __m512i acc = _mm512_setzero_si512();
+                        const int8_t *row = block + (size_t)r * n;
+                        for (int k = g * group_size; k < (g + 1) * group_size; k += 64) {
+                            prefetch(row + k, ahead);
+                            acc = dot(acc, _mm512_loadu_si512(row + k), _mm512_loadu_si512(xq + k));
+                        }
+                        sums[r] = acc;
+                    }
+                    val = add_group(val, _mm512_sub_epi32(reduce16_epi32(sums), group_bias), block_scale, scale_index, g, xs[g]);
+                }
+            }
+            _mm512_storeu_ps(out + i, val);
+        }
+    }
+    matvec_q8(out, xq, xs, w, n, group_size, i, end);
+}
+
+static AVX512 void matvec_q8_avx512(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n,
+                                    int group_size, int begin, int end) {
+    matvec_q8_rows(out, xq, xs, w, n, group_size, begin, end, dot64_madd, 0);
+}
+
+static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n,
+                                int group_size, int begin, int end) {
+    matvec_q8_rows(out, xq, xs, w, n, group_size, begin, end, dot64_vnni, 128);
+}
+
+/* Batched int8 matvec with one token per lane: out_t[i][t] = W[i] . x[t]. Each
+   step takes the next `step` weights of a row, broadcast to all lanes, against
+   a vector that holds the same inputs of 16 tokens, 4 bytes per token:
+   VNNI: 4 int8 weights (as w + 128, see dot64_vnni) against 4 int8 inputs,
+   the bias 128 * sum(x) per group and token subtracted at the group's end;
+   without VNNI: 2 weights against 2 inputs widened to int16 (vpmaddwd).
+   The integer dot products are exact, and the float sum over groups runs in
+   the plain kernel's order. R rows by V vectors of 16 tokens. */
+typedef __m512i (*Q8Step)(__m512i acc, const int8_t *w, __m512i x);
+
+static inline __attribute__((always_inline)) VNNI __m512i q8_step_vnni(__m512i acc, const int8_t *w, __m512i x) {
+    int32_t four;
+    memcpy(&four, w, 4);
+    return _mm512_dpbusd_epi32(acc, _mm512_xor_si512(_mm512_set1_epi32(four), _mm512_set1_epi8((char)0x80)), x);
+}
+
+static inline __attribute__((always_inline)) AVX512 __m512i q8_step_madd(__m512i acc, const int8_t *w, __m512i x) {
+    uint32_t pair = (uint16_t)(int16_t)w[0] | (uint32_t)(uint16_t)(int16_t)w[1] << 16;
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_set1_epi32((int32_t)pair), x));
+}
+
+/* The batched int8 kernels' input, made once per matmul by prepare_q8_*:
+   the values [n / step][width] in 4-byte slots, then per group and token the
+   scales [groups][width] and (VNNI) the biases [groups][width]. */
+typedef struct {
+    const int32_t *x;
+    const float *scale;
+    const int32_t *bias;
+} Q8Tokens;
+
+static Q8Tokens q8_tokens_layout(const void *scratch, int n, int group_size, int T, int step) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size;
+    const int32_t *x = scratch;
+    const float *scale = (const float *)(x + (size_t)n / step * width);
+    return (Q8Tokens){x, scale, (const int32_t *)(scale + (size_t)groups * width)};
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row, int R,
+                int v0, int V, Q8Step dot, int step) {
+    int groups = n / group_size;
+    __m512 val[6][2];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) val[r][v] = _mm512_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        __m512i acc[6][2];
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
+        for (int j = g * group_size; j < (g + 1) * group_size; j += step) {
+            if (j % 64 == 0) /* a new cache line of these rows: ask for the next rows' line now */
+                for (int r = 0; r < R; r++) prefetch(w->q + (size_t)(row + r) * n + j, (size_t)R * n);
+            __m512i x[2];
+            for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(in.x + (size_t)(j / step) * width + 16 * (v0 + v));
+            for (int r = 0; r < R; r++)
+                for (int v = 0; v < V; v++) acc[r][v] = dot(acc[r][v], w->q + (size_t)(row + r) * n + j, x[v]);
+        }
+        for (int v = 0; v < V; v++) {
+            size_t at = (size_t)g * width + 16 * (v0 + v);
+            __m512i bias = step == 4 ? _mm512_loadu_si512(in.bias + at) : _mm512_setzero_si512();
+            __m512 x_scale = _mm512_loadu_ps(in.scale + at);
+            for (int r = 0; r < R; r++) {
+                __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], bias));
+                __m512 ws = _mm512_set1_ps(w->scale[(size_t)(row + r) * groups + g]);
+                val[r][v] = _mm512_add_ps(val[r][v], _mm512_mul_ps(_mm512_mul_ps(ival, ws), x_scale));
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
+}
+
+/* Rows [begin, end) for all T tokens: blocks of 6 rows by 2 vectors of 16 tokens. */
+static inline __attribute__((always_inline)) AVX512 void
+matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
+                      int group_size, int T, int begin, int end, Q8Step dot, int step) {
+    int width = (T + 15) / 16 * 16;
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, step);
+    for (int v0 = 0; v0 < width / 16; v0 += 2) {
+        int i = begin, V = v0 + 2 <= width / 16 ? 2 : 1;
+        if (V == 2) {
+            for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, 2, dot, step);
+            for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, 2, dot, step);
+        } else {
+            for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, 1, dot, step);
+            for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, 1, dot, step);
+        }
+    }
+    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
+}
+
+static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                       const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    matmul_q8_tokens_rows(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, q8_step_vnni, 4);
+}
+
+static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                           const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    matmul_q8_tokens_rows(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, q8_step_madd, 2);
+}
+
+/* VNNI layout: 4 int8 values of a token per slot (by 32-bit transposes), the
+   scales, and 128 * each group's sum. */
+static AVX512 void prepare_q8_vnni(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size;
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    int32_t *bias = (int32_t *)in.bias;
+    transpose((float *)in.x, width, (const float *)xq, n / 4, T, n / 4);
+    transpose((float *)in.scale, width, xs, groups, T, groups);
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < groups; g++) {
+            int32_t sum = 0;
+            for (int k = 0; k < group_size; k++) sum += xq[(size_t)t * n + g * group_size + k];
+            bias[(size_t)g * width + t] = 128 * sum;
+        }
+}
+
+/* vpmaddwd layout: 2 int8 values of a token widened to int16 per slot, and the scales. */
+static AVX512 void prepare_q8_madd(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size;
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 2);
+    int32_t *x = (int32_t *)in.x;
+    for (int j = 0; j < n; j += 2)
+        for (int t = 0; t < T; t++) {
+            const int8_t *v = xq + (size_t)t * n + j;
+            x[(size_t)j / 2 * width + t] = (int32_t)((uint16_t)(int16_t)v[0] | (uint32_t)(uint16_t)(int16_t)v[1] << 16);
+        }
+    transpose((float *)in.scale, width, xs, groups, T, groups);
+}
+
+static int q8_tokens_vnni_supports(int group_size) { return group_size % 4 == 0; }
+static int q8_tokens_madd_supports(int group_size) { return group_size % 2 == 0; }
+
+static AVX512 void prepare_tokens_avx512(float *x_t, const float *x, int n, int T) {
+    transpose(x_t, (T + 15) / 16 * 16, x, n, T, n);
+}
+
+static int cpu_has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni"); }
+
+static const KernelSet avx512_kernels = {
+    .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
+    .matvec_q8 = matvec_q8_avx512, .softmax = softmax_avx512, .swiglu = swiglu_avx512,
+    .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
+    .matmul_tokens = matmul_tokens_avx512, .q8_tokens_supports = q8_tokens_madd_supports,
+    .prepare_q8_tokens = prepare_q8_madd, .matmul_q8_tokens = matmul_q8_tokens_avx512,
+};
+
+static const KernelSet vnni_kernels = {
+    .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
+    .matvec_q8 = matvec_q8_vnni, .softmax = softmax_avx512, .swiglu = swiglu_avx512,
+    .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
+    .matmul_tokens = matmul_tokens_avx512, .q8_tokens_supports = q8_tokens_vnni_supports,
+    .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
+};
+#endif
+
+/* Every set this build has, slowest first. */
+static const KernelSet *const kernel_sets[] = {
+    &plain_kernels,
+#if defined(__x86_64__)
+    &avx512_kernels, &vnni_kernels,
+#endif
+};
+#define N_KERNEL_SETS ((int)(sizeof kernel_sets / sizeof kernel_sets[0]))
+
+/* The set the model runs with. */
+static const KernelSet *kernels = &plain_kernels;
+
+/* The fastest set the CPU has, or the one named by `cap` (RUN_KERNELS). */
+static const KernelSet *choose_kernels(const char *cap) {
+    const KernelSet *best = &plain_kernels;
+    char have[256] = "";
+    for (int i = 0; i < N_KERNEL_SETS; i++) {
+        if (!kernel_sets[i]->cpu_has()) continue;
+        best = kernel_sets[i];
+        snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", have[0] ? ", " : "", best->name);
+        if (cap && strcmp(cap, best->name) == 0) return best;
+    }
+    if (cap) fail("RUN_KERNELS=%s: not a kernel set this CPU has (it has: %s)", cap, have);
+    return best;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Batches: matmul and attention for many tokens, split across the threads    */
+
+/* Prompt tokens go through the layers together, up to this many at a time. */
+#define MAX_BATCH 64
+
+/* forward_batch()'s buffers; the KV cache, RoPE tables and logits are the run state's. */
+typedef struct {
+    RunState *s;
+    float *x;   /* residual stream [MAX_BATCH][dim] */
+    float *xb;  /* normalised x, then attention output [MAX_BATCH][dim] */
+    float *xb2; /* projection output [MAX_BATCH][dim] */
+    float *hb;  /* feed-forward gate [MAX_BATCH][hidden_dim] */
+    float *hb2; /* feed-forward up [MAX_BATCH][hidden_dim] */
+    float *q;   /* queries [MAX_BATCH][dim] */
+    float *att; /* attention scores, per thread a row for each of 8 queries [n_threads][8][n_pos] */
+    QuantizedVector xq; /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
+    float *x_t;         /* a batched fp32 matmul's input, as the kernel set lays it out [widest][MAX_BATCH] */
+    void *q8_tokens;    /* the same for int8 */
+    float *out_t;       /* batched matmuls' outputs before transposing back [rows of all projections][MAX_BATCH] */
+} Batch;
+
+static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads) {
+    size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    b->s = s;
+    b->x = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    b->xb = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    b->xb2 = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    b->hb = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
+    b->hb2 = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
+    b->q = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    b->att = xcalloc((size_t)n_threads * 8 * s->n_pos, sizeof(float));
+    b->xq.q = xcalloc(MAX_BATCH * widest, 1);
+    b->xq.scale = xcalloc(MAX_BATCH * widest, sizeof(float));
+    b->x_t = xcalloc(MAX_BATCH * widest, sizeof(float));
+    /* int8 inputs: values in 4-byte slots for every 2 of them at most, plus two
+       numbers per group and token */
+    size_t groups = c->version == 2 ? widest / c->group_size : 0;
+    b->q8_tokens = c->version == 2 ? xcalloc(MAX_BATCH * (2 * widest + 8 * groups), 1) : NULL;
+    size_t projected_rows = 3 * (size_t)c->dim > 2 * (size_t)c->hidden_dim ? 3 * (size_t)c->dim : 2 * (size_t)c->hidden_dim;
+    b->out_t = xcalloc(MAX_BATCH * projected_rows, sizeof(float));
+}
+
+static void free_batch(Batch *b) {
+    free(b->x); free(b->xb); free(b->xb2); free(b->hb); free(b->hb2); free(b->q); free(b->att);
+    free(b->xq.q); free(b->xq.scale); free(b->x_t); free(b->q8_tokens); free(b->out_t);
+}
+
+/* One weight matrix applied to every token of a batch: out[t][0..d) = W x[t],
+   W being [d][n], fp32 or int8. */
+typedef struct {
+    const Matrix *w;
+    float *out; /* [T][d] */
+    int d;
+} Projection;
+
+typedef struct {
+    Batch *b;
+    const float *x; /* [T][n] */
+    int n, T, group_size;
+    int batched; /* the kernel set's batched matmul runs, on the prepared input */
+    const Projection *proj;
+    int count;
+} MatmulJob;
+
+typedef struct {
+    QuantizedVector xq;
+    const float *x;
+    int group_size;
+} QuantizeJob;
+
+/* Units are the groups of the batch's rows, which lie end to end. */
+static void quantize_task(void *ctx, int begin, int end, int thread) {
+    QuantizeJob *job = ctx;
+    int gs = job->group_size;
+    (void)thread;
+    kernels->quantize(job->xq.q + (size_t)begin * gs, job->xq.scale + begin, job->x + (size_t)begin * gs,
+                      (end - begin) * gs, gs);
+}
+
+/* Rows [begin, end) of one projection; out_t is its own scratch area. */
+static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, int begin, int end) {
+    Batch *b = job->b;
+    const Matrix *w = proj->w;
+    int n = job->n, T = job->T, gs = job->group_size, d = proj->d;
+    if (job->batched && w->q) {
+        kernels->matmul_q8_tokens(proj->out, d, out_t, b->q8_tokens, w, n, gs, T, begin, end);
+    } else if (job->batched) {
+        kernels->matmul_tokens(proj->out, d, out_t, b->x_t, w->f32, n, T, begin, end);
+    } else {
+        for (int t = 0; t < T; t++) {
+            float *out = proj->out + (size_t)t * d;
+            if (w->q) kernels->matvec_q8(out, b->xq.q + (size_t)t * n, b->xq.scale + (size_t)t * (n / gs), w, n, gs, begin, end);
+            else kernels->matvec(out, job->x + (size_t)t * n, w->f32, n, begin, end);
+        }
+    }
+}
+
+/* Units are blocks of 16 rows, numbered through the projections in turn. */
+static void matmul_task(void *ctx, int begin, int end, int thread) {
+    MatmulJob *job = ctx;
+    (void)thread;
+    int first = 0;     /* the first unit of projection p */
+    size_t out_t_rows = 0; /* projections of one job use separate rows of out_t */
+    for (int p = 0; p < job->count && first < end; p++) {
+        int blocks = (job->proj[p].d + 15) / 16;
+        int lo = begin > first ? begin - first : 0, hi = end - first < blocks ? end - first : blocks;
+        if (lo < hi)
+            project_rows(job, &job->proj[p], job->b->out_t + out_t_rows * MAX_BATCH, 16 * lo,
+                         16 * hi < job->proj[p].d ? 16 * hi : job->proj[p].d);
+        first += blocks;
+        out_t_rows += job->proj[p].d;
+    }
+}
+
+/* Applies `count` projections that share the input x [T][n]: the input is
+   prepared (quantized, or laid out for the batched kernels) once for all. */
+static void matmul(Batch *b, const float *x, int n, int T, int group_size, const Projection *proj, int count) {
+    MatmulJob job = {b, x, n, T, group_size, 0, proj, count};
+    if (proj[0].w->q) {
+        QuantizeJob quantize_job = {b->xq, x, group_size};
+        /* about one multiply-add's time per value: small inputs stay on this thread */
+        parallel_for(quantize_task, &quantize_job, T * (n / group_size), 1.0 * T * n);
+        job.batched = T > 1 && kernels->matmul_q8_tokens && kernels->q8_tokens_supports(group_size);
+        if (job.batched) kernels->prepare_q8_tokens(b->q8_tokens, b->xq.q, b->xq.scale, n, group_size, T);
+    } else {
+        job.batched = T > 1 && kernels->matmul_tokens;
+        if (job.batched) kernels->prepare_tokens(b->x_t, x, n, T);
+    }
+    int blocks = 0;
+    for (int p = 0; p < count; p++) blocks += (proj[p].d + 15) / 16;
+    parallel_for(matmul_task, &job, blocks, 16.0 * blocks * n * T);
+}
+
+typedef struct {
+    float *out;
+    const float *x, *weight;
+    int dim;
+    float eps;
+} NormJob;
+
+/* Units are tokens. */
+static void norm_task(void *ctx, int begin, int end, int thread) {
+    NormJob *job = ctx;
+    (void)thread;
+    for (int t = begin; t < end; t++)
+        rmsnorm(job->out + (size_t)t * job->dim, job->x + (size_t)t * job->dim, job->weight, job->dim, job->eps);
+}
+
+/* rmsnorm() of each of T tokens' rows, on all threads (its sum of squares is a
+   chain of dependent adds, each about as slow as four multiply-adds). */
+static void rmsnorm_batch(float *out, const float *x, const float *weight, int T, int dim, float eps) {
+    NormJob job = {out, x, weight, dim, eps};
+    parallel_for(norm_task, &job, T, 4.0 * T * dim);
+}
+
+typedef struct {
+    float *hb;
+    const float *hb2;
+    int n;
+} SwigluJob;
+
+/* Units are blocks of 256 values. */
+static void swiglu_task(void *ctx, int begin, int end, int thread) {
+    SwigluJob *job = ctx;
+    int from = 256 * begin, to = 256 * end < job->n ? 256 * end : job->n;
+    (void)thread;
+    kernels->swiglu(job->hb + from, job->hb2 + from, to - from);
+}
+
+/* swiglu() over the whole batch, on all threads (an expf costs about 20 multiply-adds). */
+static void swiglu_batch(float *hb, const float *hb2, int n) {
+    SwigluJob job = {hb, hb2, n};
+    parallel_for(swiglu_task, &job, (n + 255) / 256, 20.0 * n);
+}
+
+typedef struct {
+    Batch *b;
+    const Config *c;
+    int layer, T, pos;
+} AttentionJob;
+
+/* Tokens in one unit of attention work: enough that a unit has 8 queries
+   sharing its KV head, which the fast attention_block takes at once. */
+static int attention_tokens_per_unit(const Config *c) {
+    int heads_per_kv = c->n_heads / c->n_kv_heads;
+    return heads_per_kv >= 8 ? 1 : 8 / heads_per_kv;
+}
+
+/* Units are the (block of tokens, KV head) pairs of the batch; each does the
+   query heads that share that KV head (grouped-query attention). */
+static void attention_task(void *ctx, int begin, int end, int thread) {
+    AttentionJob *job = ctx;
+    const Config *c = job->c;
+    Batch *b = job->b;
+    RunState *s = b->s;
+    int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    int heads_per_kv = c->n_heads / c->n_kv_heads, per_unit = attention_tokens_per_unit(c);
+    size_t layer_offset = (size_t)job->layer * s->n_pos * kv_dim;
+    for (int unit = begin; unit < end; unit++) {
+        int first = unit / c->n_kv_heads * per_unit, kv_head = unit % c->n_kv_heads;
+        int n_tokens = job->T - first < per_unit ? job->T - first : per_unit;
+        size_t first_head = (size_t)first * c->dim + (size_t)kv_head * heads_per_kv * head_size;
+        kernels->attention_block(b->xb + first_head, b->q + first_head, n_tokens, c->dim, job->pos + first,
+                                 s->key_cache + layer_offset + kv_head * head_size,
+                                 s->value_cache + layer_offset + kv_head * head_size,
+                                 b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, head_size, kv_dim, heads_per_kv);
+    }
+}
+
+/* Causal attention of layer l for the batch's T tokens at positions pos..,
+   all heads, on all threads: reads q, writes xb. */
+static void attention(Batch *b, const Config *c, int layer, int T, int pos) {
+    AttentionJob job = {b, c, layer, T, pos};
+    int blocks = (T + attention_tokens_per_unit(c) - 1) / attention_tokens_per_unit(c);
+    parallel_for(attention_task, &job, blocks * c->n_kv_heads, (double)T * c->n_heads * (pos + T) * (c->dim / c->n_heads));
+}
+
+/* ------------------------------------------------------------------------- */
+/* forward_batch(): forward() for many tokens at once                         */
+
+/* Runs tokens[0..T) at positions pos..pos+T-1 (T <= MAX_BATCH) through the
+   model and, when asked, returns the logits of the last one: the steps of
+   forward(), each for the whole batch and on all threads. Each weight is read
+   once per batch instead of once per token. */
+static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, int T, int pos, int want_logits) {
+    const Config *c = &ck->config;
+    const Weights *w = &ck->weights;
+    RunState *s = b->s;
+    int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
+    int head_size = dim / c->n_heads;
+    int kv_dim = head_size * c->n_kv_heads;
+
+    for (int t = 0; t < T; t++) embed(b->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim, gs);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        float *k = s->key_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
+        float *v = s->value_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
+        rmsnorm_batch(b->xb, b->x, w->rms_att + (size_t)l * dim, T, dim, c->norm_eps);
+        Projection qkv[3] = {{&w->wq[l], b->q, dim}, {&w->wk[l], k, kv_dim}, {&w->wv[l], v, kv_dim}};
+        matmul(b, b->xb, dim, T, gs, qkv, 3);
+        for (int t = 0; t < T; t++) {
+            const float *cos_pos = s->rope_cos + (size_t)(pos + t) * head_size / 2;
+            const float *sin_pos = s->rope_sin + (size_t)(pos + t) * head_size / 2;
+            rope(b->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
+            rope(k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
+        }
+        attention(b, c, l, T, pos);
+        Projection wo = {&w->wo[l], b->xb2, dim};
+        matmul(b, b->xb, dim, T, gs, &wo, 1);
+        add(b->x, b->xb2, T * dim);
+
+        rmsnorm_batch(b->xb, b->x, w->rms_ffn + (size_t)l * dim, T, dim, c->norm_eps);
+        Projection gate_up[2] = {{&w->w1[l], b->hb, hidden_dim}, {&w->w3[l], b->hb2, hidden_dim}};
+        matmul(b, b->xb, dim, T, gs, gate_up, 2);
+        swiglu_batch(b->hb, b->hb2, T * hidden_dim);
+        Projection down = {&w->w2[l], b->xb, dim};
+        matmul(b, b->hb, hidden_dim, T, gs, &down, 1);
+        add(b->x, b->xb, T * dim);
+    }
+    if (!want_logits) return NULL;
+
+    float *last = b->x + (size_t)(T - 1) * dim;
+    rmsnorm(last, last, w->rms_final, dim, c->norm_eps);
+    Projection classifier = {&w->classifier, s->logits, c->vocab_size};
+    matmul(b, last, dim, 1, gs, &classifier, 1);
+    return s->logits;
+}
+
+/* Any number of tokens from position pos on, in batches; the last one's logits. */
+static float *forward_tokens(const Checkpoint *ck, Batch *b, const int *tokens, int n, int pos) {
+    float *logits = NULL;
+    for (int done = 0; done < n; done += MAX_BATCH) {
+        int batch = n - done < MAX_BATCH ? n - done : MAX_BATCH;
+        logits = forward_batch(ck, b, tokens + done, batch, pos + done, done + batch == n);
+    }
+    return logits;
+}
+
+#endif /* RUN_PLAIN: end of Part II */
+/* ========================================================================= */
+/* PART III: GENERATE, CHAT, COMMAND LINE                                    */
+/* ========================================================================= */
+
+/* The model with its run state, and (Part II) its batch buffers. */
+typedef struct {
+    Checkpoint ck;
+    RunState state;
+#ifndef RUN_PLAIN
+    Batch batch;
+#endif
+    void (*softmax)(float *x, int n); /* for the sampler: softmax(), or its fast twin */
+} Model;
+
+/* Readies the model for positions 0 .. n_pos - 1 on n_threads threads:
+   chooses the kernel set (RUN_KERNELS caps it), starts the threads and brings
+   the weights into memory. */
+static void start_model(Model *m, int n_pos, int n_threads) {
+    const char *cap = getenv("RUN_KERNELS");
+#ifdef RUN_PLAIN
+    if (cap && strcmp(cap, "plain") != 0) fail("RUN_KERNELS=%s: this build has only the plain kernels (RUN_PLAIN)", cap);
+    (void)n_threads;
+    init_run_state(&m->state, &m->ck.config, n_pos);
+    m->softmax = softmax;
+#else
+    kernels = choose_kernels(cap);
+    start_threads(n_threads);
+    prefault_checkpoint(&m->ck);
+    init_run_state(&m->state, &m->ck.config, n_pos);
+    init_batch(&m->batch, &m->ck.config, &m->state, n_threads);
+    m->softmax = kernels->softmax;
+#endif
+}
+
+static void stop_model(Model *m) {
+#ifndef RUN_PLAIN
+    free_batch(&m->batch);
+    stop_threads();
+#endif
+    free_run_state(&m->state);
+}
+
+/* Runs tokens[0..n) at positions pos.. and returns the last one's logits:
+   Part II's batched forward when it is built, else forward() one at a time. */
+static float *run_tokens(Model *m, const int *tokens, int n, int pos) {
+#ifdef RUN_PLAIN
+    float *logits = NULL;
+    for (int i = 0; i < n; i++) logits = forward(&m->ck, &m->state, tokens[i], pos + i);
+    return logits;
+#else
+    return forward_tokens(&m->ck, &m->batch, tokens, n, pos);
+#endif
+}
 
 static void report_speed(int prompt_tokens, double prompt_seconds, int generated, double generate_seconds) {
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n",
@@ -1996,14 +2292,14 @@ static void report_speed(int prompt_tokens, double prompt_seconds, int generated
 /* Prints the prompt's pieces, then sampled ones, until `steps` positions have
    been run or the model emits BOS or EOS. The prompt goes through the model in
    batches; the text is the same as feeding it one token at a time. */
-static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler *sampler,
-                     const char *prompt, int steps) {
+static void generate(Model *m, Tokenizer *tok, Sampler *sampler, const char *prompt, int steps) {
+    const Config *c = &m->ck.config;
     int n_prompt;
     int *prompt_tokens = encode(tok, prompt, strlen(prompt), 1, 0, &n_prompt);
-    if (n_prompt > ck->config.seq_len) {
+    if (n_prompt > c->seq_len) {
         fprintf(stderr, "run: the prompt is %d tokens, the context %d: keeping the first %d\n",
-                n_prompt, ck->config.seq_len, ck->config.seq_len);
-        n_prompt = ck->config.seq_len;
+                n_prompt, c->seq_len, c->seq_len);
+        n_prompt = c->seq_len;
     }
     /* the prompt's own pieces, as far as the steps reach */
     for (int i = 1; i < n_prompt && i <= steps; i++) {
@@ -2015,11 +2311,11 @@ static void generate(const Checkpoint *ck, RunState *state, Tokenizer *tok, Samp
     double start = seconds_now(), prompt_done = start;
     int generated = 0;
     if (n_prompt <= steps) {
-        float *logits = forward_tokens(ck, state, prompt_tokens, n_prompt, 0);
+        float *logits = run_tokens(m, prompt_tokens, n_prompt, 0);
         prompt_done = seconds_now();
         int token = prompt_tokens[n_prompt - 1];
         for (int pos = n_prompt - 1; pos < steps; pos++) {
-            if (pos > n_prompt - 1) logits = forward(ck, state, token, pos);
+            if (pos > n_prompt - 1) logits = run_tokens(m, &token, 1, pos);
             int next = sample(sampler, logits);
             if (next == BOS_ID || next == EOS_ID) break;
             int len;
@@ -2063,8 +2359,8 @@ static char *format_string(const char *fmt, const char *a, const char *b) {
 /* Llama 2 chat: each user turn is wrapped in [INST] ... [/INST] (with the
    system prompt in <<SYS>> on the first turn) and encoded with BOS; the
    assistant answers until EOS, which also goes into the context. */
-static void chat(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler *sampler,
-                 const char *cli_user_prompt, const char *cli_system_prompt, int steps) {
+static void chat(Model *m, Tokenizer *tok, Sampler *sampler, const char *cli_user_prompt,
+                 const char *cli_system_prompt, int steps) {
     char *system_prompt = NULL;
     if (cli_system_prompt) system_prompt = strdup(cli_system_prompt);
     else system_prompt = read_line("Enter system prompt (optional): ");
@@ -2093,7 +2389,7 @@ static void chat(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler 
         }
         printf("Assistant: ");
         fflush(stdout);
-        int next = sample(sampler, forward_tokens(ck, state, prompt_tokens, n_prompt, pos));
+        int next = sample(sampler, run_tokens(m, prompt_tokens, n_prompt, pos));
         pos += n_prompt;
         token = prompt_tokens[n_prompt - 1];
         free(prompt_tokens);
@@ -2104,14 +2400,14 @@ static void chat(const Checkpoint *ck, RunState *state, Tokenizer *tok, Sampler 
             fflush(stdout);
             if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
             token = next;
-            next = sample(sampler, forward(ck, state, token, pos++));
+            next = sample(sampler, run_tokens(m, &token, 1, pos++));
         }
         printf("\n");
         if (ferror(stdout)) break; /* not "context is full": the reader is gone */
         if (next == EOS_ID && pos < steps) {
             /* the end of the answer belongs to the context; llama2.c draws a token
                here that it never uses, and so do we, so a seed gives the same chat */
-            sample(sampler, forward(ck, state, EOS_ID, pos++));
+            sample(sampler, run_tokens(m, &(int){EOS_ID}, 1, pos++));
         } else {
             fprintf(stderr, "run: the context is full (%d positions); ending the chat\n", steps);
             break;
@@ -2210,10 +2506,11 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "generate") && strcmp(mode, "chat") && strcmp(mode, "tokenize"))
         bad_flag("-m: unknown mode '%s' (generate, chat or tokenize)", mode);
 
-    Checkpoint ck;
-    open_checkpoint(&ck, checkpoint_path);
+    Model m;
+    open_checkpoint(&m.ck, checkpoint_path);
+    const Config *c = &m.ck.config;
     Tokenizer tok;
-    load_tokenizer(&tok, tokenizer_path, ck.config.vocab_size);
+    load_tokenizer(&tok, tokenizer_path, c->vocab_size);
     if (!prompt) prompt = "";
 
     if (strcmp(mode, "tokenize") == 0) {
@@ -2223,26 +2520,17 @@ int main(int argc, char **argv) {
         printf("\n");
         free(ids);
     } else {
-        if (steps == 0 || steps > ck.config.seq_len) steps = ck.config.seq_len;
+        if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
         if (threads == 0) threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
-        start_threads((int)threads);
-        prefault_checkpoint(&ck);
-        RunState state;
-        /* buffers for the positions that run: generate and chat stay below steps,
-           and a v1/v2 header's seq_len is not bounded by the file's size */
-        Config positions = ck.config;
-        positions.seq_len = (int)steps;
-        init_run_state(&state, &positions);
-        Sampler sampler = {ck.config.vocab_size, temperature, topp,
-                           seed > 0 ? (uint64_t)seed : (uint64_t)time(NULL),
-                           xmalloc(ck.config.vocab_size * sizeof(ProbIndex))};
-        if (strcmp(mode, "generate") == 0) generate(&ck, &state, &tok, &sampler, prompt, (int)steps);
-        else chat(&ck, &state, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt, (int)steps);
+        start_model(&m, (int)steps, (int)threads);
+        Sampler sampler = {c->vocab_size, temperature, topp, seed > 0 ? (uint64_t)seed : (uint64_t)time(NULL),
+                           xmalloc(c->vocab_size * sizeof(ProbIndex)), m.softmax};
+        if (strcmp(mode, "generate") == 0) generate(&m, &tok, &sampler, prompt, (int)steps);
+        else chat(&m, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt, (int)steps);
         free(sampler.probindex);
-        free_run_state(&state);
-        stop_threads();
+        stop_model(&m);
     }
     free_tokenizer(&tok);
-    close_checkpoint(&ck);
+    close_checkpoint(&m.ck);
     return 0;
 }
