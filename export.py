@@ -36,7 +36,8 @@ vocab_size, seq_len). Weight matrices are row-major [out][in] and the query/key 
 of each head are in interleaved-pair RoPE order (pair i = rows 2i, 2i+1).
   v0: config (vocab_size negative when the classifier is stored separately), then
       fp32 token embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final,
-      2 * seq_len*head_size/2 zeros (the unused RoPE tables), classifier if not shared.
+      the RoPE tables cos and sin [seq_len][head_size/2] (see rope_tables; run.c
+      does not read them), classifier if not shared.
   v1: 256-byte header: uint32 magic 0x616b3432, int32 version, config (at 8),
       uint8 shared_classifier (36), int32 group_size (37, v2 only), float32
       rope_theta (44, 0 = 10000), float32 rms_norm_eps (48, 0 = 1e-5); then fp32
@@ -46,6 +47,7 @@ of each head are in interleaved-pair RoPE order (pair i = rows 2i, 2i+1).
       quantized tensor as int8 values followed by its fp32 scales (one per group of
       group_size consecutive values): token embedding, wq of every layer, wk, wv, wo,
       w1, w2, w3, classifier if not shared. scale = max|w|/127, q = round(w/scale).
+The tensor order of each version is the table LAYOUTS below.
 """
 
 import argparse
@@ -274,10 +276,40 @@ def export_tokenizer(in_path, out):
 # about one tensor in memory at a time (safetensors and --bin inputs).
 
 LAYER_TENSORS = ("attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3")
+NORMS = ("attention_norm", "ffn_norm", "norm")
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_NORM_EPS = 1e-5
 MAGIC = 0x616B3432
 HEADER_SIZE = 256
+LEGACY_HEADER_SIZE = 28
+
+# The tensor order of each checkpoint version: the one description that the --bin
+# reader (offsets, size check) and the writer walk. A name in LAYER_TENSORS stands
+# for that tensor of every layer in turn; "output" (the classifier) is stored only
+# when it is not shared with tok_embeddings. freqs_cos and freqs_sin are version
+# 0's RoPE tables (llama2.c run.c's freq_cis_real and freq_cis_imag), which the
+# writer computes (rope_tables) and nothing reads.
+LAYOUTS = {
+    0: ("tok_embeddings", "attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3", "norm",
+        "freqs_cos", "freqs_sin", "output"),
+    1: ("attention_norm", "ffn_norm", "norm", "tok_embeddings", "wq", "wk", "wv", "wo", "w1", "w2", "w3",
+        "output"),
+}
+LAYOUTS[2] = LAYOUTS[1]  # the same order, with the matrices in int8
+
+
+def layout(version, config):
+    """(name, layer) of each tensor that a checkpoint of this version stores, in file order."""
+    for name in LAYOUTS[version]:
+        if name == "output" and config.shared_classifier:
+            continue
+        for layer in range(config.n_layers) if name in LAYER_TENSORS else [None]:
+            yield name, layer
+
+
+def is_quantized(version, name):
+    """Version 2 stores every matrix as int8 values plus fp32 scales; norms stay fp32."""
+    return version == 2 and name not in NORMS
 
 
 def import_numpy():
@@ -347,10 +379,12 @@ class Config:
 
     def shape(self, name):
         d, h, kv, v = self.dim, self.hidden_dim, self.kv_dim, self.vocab_size
+        rope = (self.seq_len, self.head_size // 2)
         return {"tok_embeddings": (v, d), "output": (v, d), "norm": (d,),
                 "attention_norm": (d,), "ffn_norm": (d,),
                 "wq": (d, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, d),
-                "w1": (h, d), "w2": (d, h), "w3": (h, d)}[name]
+                "w1": (h, d), "w2": (d, h), "w3": (h, d),
+                "freqs_cos": rope, "freqs_sin": rope}[name]
 
     def __str__(self):
         return (f"dim {self.dim}, hidden_dim {self.hidden_dim}, {self.n_layers} layers, "
@@ -666,7 +700,7 @@ class BinSource(Source):
         self.path = path
         with open(path, "rb") as f:
             header = f.read(HEADER_SIZE)
-        if len(header) < 28:
+        if len(header) < LEGACY_HEADER_SIZE:
             raise ExportError(f"{path}: too short for a checkpoint")
         magic, version = struct.unpack_from("<Ii", header, 0)
         if magic == MAGIC:
@@ -683,54 +717,26 @@ class BinSource(Source):
             fields = struct.unpack_from("<7i", header, 0)
             shared = fields[5] > 0
             theta = eps = 0.0
-            offset = 28
+            offset = LEGACY_HEADER_SIZE
         dim, hidden, layers, heads, kv_heads, vocab, seq = fields
-        self.config = Config(dim, hidden, layers, heads, kv_heads, abs(vocab), seq_len or seq,
+        self.config = Config(dim, hidden, layers, heads, kv_heads, abs(vocab), seq,
                              rope_theta=theta or DEFAULT_ROPE_THETA, norm_eps=eps or DEFAULT_NORM_EPS,
                              shared_classifier=shared)
         self.config.check()
-        self.file_seq_len = seq
         if self.version == 2 and (self.group_size <= 0 or dim % self.group_size or hidden % self.group_size):
             raise ExportError(f"{path}: bad group size {self.group_size}")
         self.places = {}  # (name, layer) -> (offset, shape, quantized)
-        offset = self._lay_out(offset)
+        for name, layer in layout(self.version, self.config):
+            shape, quantized = self.config.shape(name), is_quantized(self.version, name)
+            self.places[name, layer] = (offset, shape, quantized)
+            n = math.prod(shape)
+            offset += n + 4 * (n // self.group_size) if quantized else 4 * n
         size = os.path.getsize(path)
         if offset != size:
             raise ExportError(f"{path}: file is {size} bytes, the header says {offset}")
-
-    def _lay_out(self, offset):
-        """Record where each tensor is; return the end offset."""
-        c = self.config
-        L = c.n_layers
-
-        def put(name, layers, quantized=False):
-            nonlocal offset
-            for layer in layers:
-                shape = c.shape(name)
-                self.places[name, layer] = (offset, shape, quantized)
-                n = math.prod(shape)
-                offset += n + 4 * (n // self.group_size) if quantized else 4 * n
-
-        every = range(L)
-        if self.version == 0:
-            put("tok_embeddings", [None])
-            for name in LAYER_TENSORS[:5]:  # attention_norm, wq, wk, wv, wo
-                put(name, every)
-            for name in LAYER_TENSORS[5:]:  # ffn_norm, w1, w2, w3
-                put(name, every)
-            put("norm", [None])
-            offset += 4 * self.file_seq_len * c.head_size  # unused RoPE tables
-        else:
-            q = self.version == 2
-            put("attention_norm", every)
-            put("ffn_norm", every)
-            put("norm", [None])
-            put("tok_embeddings", [None], q)
-            for name in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"):
-                put(name, every, q)
-        if not c.shared_classifier:
-            put("output", [None], self.version == 2)
-        return offset
+        # Only now: the RoPE tables above have the file's own seq_len.
+        self.config.seq_len = seq_len or seq
+        self.config.check()
 
     def load(self, name, layer):
         np = self.np
@@ -767,36 +773,27 @@ def header_v1(config, version, group_size=0):
     return head + b"\0" * (HEADER_SIZE - len(head))
 
 
-def write_v0(source, out):
-    c = source.config
-    if f32(c.rope_theta) != f32(DEFAULT_ROPE_THETA) or f32(c.norm_eps) != f32(DEFAULT_NORM_EPS):
-        raise ExportError(f"version 0 cannot store rope_theta {c.rope_theta:g} or rms_norm_eps {c.norm_eps:g} "
-                          f"(it assumes 10000 and 1e-5): use --version 1")
+def header_v0(config):
+    """The 28-byte header of version 0: the config, vocab_size negative for a separate classifier."""
+    c = config
     vocab = c.vocab_size if c.shared_classifier else -c.vocab_size
-    out.write(struct.pack("<7i", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, vocab, c.seq_len))
-    out.write(source.tensor("tok_embeddings").tobytes())
-    for name in LAYER_TENSORS:
-        for layer in range(c.n_layers):
-            out.write(source.tensor(name, layer).tobytes())
-    out.write(source.tensor("norm").tobytes())
-    out.write(bytes(4 * c.seq_len * c.head_size))  # two unused RoPE tables (cos, sin)
-    if not c.shared_classifier:
-        out.write(source.tensor("output").tobytes())
+    return struct.pack("<7i", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, vocab, c.seq_len)
 
 
-def write_v1(source, out):
-    c = source.config
-    out.write(header_v1(c, 1))
-    for name in ("attention_norm", "ffn_norm"):
-        for layer in range(c.n_layers):
-            out.write(source.tensor(name, layer).tobytes())
-    out.write(source.tensor("norm").tobytes())
-    out.write(source.tensor("tok_embeddings").tobytes())
-    for name in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"):
-        for layer in range(c.n_layers):
-            out.write(source.tensor(name, layer).tobytes())
-    if not c.shared_classifier:
-        out.write(source.tensor("output").tobytes())
+def rope_tables(config):
+    """Version 0's freqs_cos and freqs_sin, computed as llama2.c's legacy export did.
+
+    angle[t][i] = t * (1 / 10000^(2i/head_size)), each step rounded to float32 as torch
+    did; cos and sin are then rounded correctly from that float32 angle. llama2.c's
+    own files hold torch's values (Intel MKL's cos/sin on x86 Linux): the same angles,
+    but about 5% of the entries differ from these in the last bit.
+    """
+    np = import_numpy()
+    f32 = np.float32
+    exponents = np.arange(0, config.head_size, 2, dtype=f32) / f32(config.head_size)
+    freqs = f32(1) / (DEFAULT_ROPE_THETA ** exponents.astype(np.float64)).astype(f32)
+    angles = np.outer(np.arange(config.seq_len, dtype=f32), freqs).astype(np.float64)
+    return {"freqs_cos": np.cos(angles).astype(f32), "freqs_sin": np.sin(angles).astype(f32)}
 
 
 def quantize_q80(w, group_size):
@@ -820,37 +817,35 @@ def choose_group_size(requested, config):
     return g
 
 
-def write_v2(source, out, group_size):
+def write_checkpoint(source, out, version, group_size=0):
+    """The header of this version, then each tensor in the order of LAYOUTS[version]."""
     c = source.config
-    out.write(header_v1(c, 2, group_size))
-    for name in ("attention_norm", "ffn_norm"):
-        for layer in range(c.n_layers):
-            out.write(source.tensor(name, layer).tobytes())
-    out.write(source.tensor("norm").tobytes())
-
-    def put(w):
-        q, scale = quantize_q80(w, group_size)
-        out.write(q.tobytes())
-        out.write(scale.tobytes())
-
-    put(source.tensor("tok_embeddings"))
-    for name in ("wq", "wk", "wv", "wo", "w1", "w2", "w3"):
-        for layer in range(c.n_layers):
-            put(source.tensor(name, layer))
-    if not c.shared_classifier:
-        put(source.tensor("output"))
+    if version == 0:
+        if f32(c.rope_theta) != f32(DEFAULT_ROPE_THETA) or f32(c.norm_eps) != f32(DEFAULT_NORM_EPS):
+            raise ExportError(f"version 0 cannot store rope_theta {c.rope_theta:g} or rms_norm_eps {c.norm_eps:g} "
+                              f"(it assumes 10000 and 1e-5): use --version 1")
+        out.write(header_v0(c))
+        computed = rope_tables(c)
+    else:
+        out.write(header_v1(c, version, group_size))
+        computed = {}
+    for name, layer in layout(version, c):
+        w = computed[name] if name in computed else source.tensor(name, layer)
+        if is_quantized(version, name):
+            q, scale = quantize_q80(w, group_size)
+            out.write(q.tobytes())
+            out.write(scale.tobytes())
+        else:
+            out.write(w.tobytes())
 
 
 def export_model(source, out, version, group_size):
-    if version == 0:
-        write_v0(source, out)
-    elif version == 1:
-        write_v1(source, out)
-    else:
-        group_size = choose_group_size(group_size, source.config)
-        write_v2(source, out, group_size)
-        return f"version 2 (group size {group_size}), {source.config}"
-    return f"version {version}, {source.config}"
+    if version != 2:
+        write_checkpoint(source, out, version)
+        return f"version {version}, {source.config}"
+    group_size = choose_group_size(group_size, source.config)
+    write_checkpoint(source, out, 2, group_size)
+    return f"version 2 (group size {group_size}), {source.config}"
 
 
 # ===========================================================================
