@@ -1216,8 +1216,8 @@ static const KernelSet plain_kernels = {
 /* Asks for the cache line `bytes` past p. A prefetch never faults, so that
    line may lie past the data; the address is computed as an integer, so that
    no out-of-bounds pointer is formed. */
-static inline AVX512 void prefetch(const void *p, size_t bytes) {
-    _mm_prefetch((const char *)((uintptr_t)p + bytes), _MM_HINT_T0);
+static inline __attribute__((always_inline)) void prefetch(const void *p, size_t bytes) {
+    __builtin_prefetch((const void *)((uintptr_t)p + bytes));
 }
 
 /* How far ahead, in bytes, the kernels prefetch in blocks of 16 rows of row_bytes. */
