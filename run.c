@@ -41,6 +41,9 @@
 #if defined(__x86_64__) && !defined(RUN_PLAIN)
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__) && !defined(RUN_PLAIN)
+#include <arm_neon.h>
+#endif
 
 /* Floats follow the source exactly: no multiply and add fused into one
    rounding, whatever the compiler's default (clang fuses by default, gcc does
@@ -1005,6 +1008,8 @@ static int sample(Sampler *s, float *logits) {
 /* ========================================================================= */
 #ifndef RUN_PLAIN
 
+/* Prompt tokens go through the layers together, up to this many at a time. */
+#define MAX_BATCH 64
 /* ------------------------------------------------------------------------- */
 /* Threads: a pool started once; parallel_for() runs a task on all of them    */
 
@@ -1196,20 +1201,10 @@ static const KernelSet plain_kernels = {
     .softmax = softmax, .swiglu = swiglu, .attention_block = attention_block_plain,
 };
 
-#if defined(__x86_64__)
-/* ------------------------------------------------------------------------- */
-/* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
-
-/* Compiled for these instruction sets whatever the build's -march; called
-   only when the CPU reports them. */
-#define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
-#define VNNI __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
-
-
-/* The matvec kernels below walk blocks of 16 rows, a column of 64 bytes of
-   each at a time, and ask for data ahead of the hardware prefetcher: the same
-   columns of the next block when a block is small (rows up to 1.5 KB), else a
-   few lines further along each row. */
+/* The matvec kernels walk blocks of rows, a column of 64 bytes of each at a
+   time, and ask for data ahead of the hardware prefetcher: the same columns of
+   the next block when a block is small (up to 24 KB), else a few lines further
+   along each row. */
 #define PREFETCH_BYTES 256
 #define PREFETCH_NEXT_BLOCK_MAX (24 << 10)
 
@@ -1220,10 +1215,32 @@ static inline __attribute__((always_inline)) void prefetch(const void *p, size_t
     __builtin_prefetch((const void *)((uintptr_t)p + bytes));
 }
 
-/* How far ahead, in bytes, the kernels prefetch in blocks of 16 rows of row_bytes. */
-static inline AVX512 size_t prefetch_ahead(size_t row_bytes) {
-    return 16 * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? 16 * row_bytes : PREFETCH_BYTES;
+/* How far ahead, in bytes, to prefetch in blocks of `rows` rows of row_bytes. */
+static inline __attribute__((always_inline)) size_t prefetch_ahead(size_t row_bytes, int rows) {
+    return rows * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? rows * row_bytes : PREFETCH_BYTES;
 }
+
+#if defined(__x86_64__)
+/* 2^(i/32) for i = 0..31, rounded to double: the table glibc's expf uses. */
+static const double exp2_fraction[32] = {
+    0x1.0000000000000p+0, 0x1.059b0d3158574p+0, 0x1.0b5586cf9890fp+0, 0x1.11301d0125b51p+0,
+    0x1.172b83c7d517bp+0, 0x1.1d4873168b9aap+0, 0x1.2387a6e756238p+0, 0x1.29e9df51fdee1p+0,
+    0x1.306fe0a31b715p+0, 0x1.371a7373aa9cbp+0, 0x1.3dea64c123422p+0, 0x1.44e086061892dp+0,
+    0x1.4bfdad5362a27p+0, 0x1.5342b569d4f82p+0, 0x1.5ab07dd485429p+0, 0x1.6247eb03a5585p+0,
+    0x1.6a09e667f3bcdp+0, 0x1.71f75e8ec5f74p+0, 0x1.7a11473eb0187p+0, 0x1.82589994cce13p+0,
+    0x1.8ace5422aa0dbp+0, 0x1.93737b0cdc5e5p+0, 0x1.9c49182a3f090p+0, 0x1.a5503b23e255dp+0,
+    0x1.ae89f995ad3adp+0, 0x1.b7f76f2fb5e47p+0, 0x1.c199bdd85529cp+0, 0x1.cb720dcef9069p+0,
+    0x1.d5818dcfba487p+0, 0x1.dfc97337b9b5fp+0, 0x1.ea4afa2a490dap+0, 0x1.f50765b6e4540p+0,
+};
+
+/* ------------------------------------------------------------------------- */
+/* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
+
+/* Compiled for these instruction sets whatever the build's -march; called
+   only when the CPU reports them. */
+#define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
+#define VNNI __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
 
 /* r[0..15] are 16 rows of 16 floats; afterwards r[m] holds column m. */
 static inline AVX512 void transpose16(__m512 r[16]) {
@@ -1273,7 +1290,7 @@ static AVX512 void transpose(float *dst, size_t dst_stride, const float *src, si
 static AVX512 void matvec_avx512(float *out, const float *x, const float *w, int n, int begin, int end) {
     size_t stride = n;
     int i = begin;
-    size_t ahead = prefetch_ahead(stride * sizeof(float));
+    size_t ahead = prefetch_ahead(stride * sizeof(float), 16);
     for (; i + 16 <= end; i += 16) {
         const float *block = w + i * stride;
         __m512 acc = _mm512_setzero_ps();
@@ -1299,17 +1316,6 @@ static AVX512 void matvec_avx512(float *out, const float *x, const float *w, int
     matvec(out, x, w, n, i, end);
 }
 
-/* 2^(i/32) for i = 0..31, rounded to double: the table glibc's expf uses. */
-static const double exp2_fraction[32] = {
-    0x1.0000000000000p+0, 0x1.059b0d3158574p+0, 0x1.0b5586cf9890fp+0, 0x1.11301d0125b51p+0,
-    0x1.172b83c7d517bp+0, 0x1.1d4873168b9aap+0, 0x1.2387a6e756238p+0, 0x1.29e9df51fdee1p+0,
-    0x1.306fe0a31b715p+0, 0x1.371a7373aa9cbp+0, 0x1.3dea64c123422p+0, 0x1.44e086061892dp+0,
-    0x1.4bfdad5362a27p+0, 0x1.5342b569d4f82p+0, 0x1.5ab07dd485429p+0, 0x1.6247eb03a5585p+0,
-    0x1.6a09e667f3bcdp+0, 0x1.71f75e8ec5f74p+0, 0x1.7a11473eb0187p+0, 0x1.82589994cce13p+0,
-    0x1.8ace5422aa0dbp+0, 0x1.93737b0cdc5e5p+0, 0x1.9c49182a3f090p+0, 0x1.a5503b23e255dp+0,
-    0x1.ae89f995ad3adp+0, 0x1.b7f76f2fb5e47p+0, 0x1.c199bdd85529cp+0, 0x1.cb720dcef9069p+0,
-    0x1.d5818dcfba487p+0, 0x1.dfc97337b9b5fp+0, 0x1.ea4afa2a490dap+0, 0x1.f50765b6e4540p+0,
-};
 
 /* glibc's expf for 8 floats, in double precision, with the same operations
    (fused where its FMA build fuses them): x * 32/ln2 = k + r, |r| <= 1/2, and
@@ -1701,7 +1707,7 @@ static inline __attribute__((always_inline)) AVX512 void
 matvec_q8_rows(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
                int end, Dot64 dot, int bias) {
     int i = begin, groups = n / group_size;
-    size_t ahead = prefetch_ahead(n);
+    size_t ahead = prefetch_ahead(n, 16);
     if (group_size % 64 == 0 || group_size == 32) {
         __m512i scale_index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                  _mm512_set1_epi32(groups));
@@ -1761,65 +1767,98 @@ static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, c
     matvec_q8_rows(out, xq, xs, w, n, group_size, begin, end, dot64_vnni, 128);
 }
 
-/* Batched int8 matvec with one token per lane: out_t[i][t] = W[i] . x[t]. Each
-   step takes the next `step` weights of a row, broadcast to all lanes, against
-   a vector that holds the same inputs of 16 tokens, 4 bytes per token:
-   VNNI: 4 int8 weights (as w + 128, see dot64_vnni) against 4 int8 inputs,
-   the bias 128 * sum(x) per group and token subtracted at the group's end;
-   without VNNI: 2 weights against 2 inputs widened to int16 (vpmaddwd).
+/* Batched int8 matvec with one token per lane: out_t[i][t] = W[i] . x[t].
+   A vector holds the same inputs of 16 tokens, 4 bytes per token, and each
+   weight of a row is broadcast to all lanes:
+   VNNI: 4 int8 inputs per slot against 4 weights (as w + 128, see
+   dot64_vnni); the bias 128 * sum(x) per group and token is subtracted at
+   the group's end;
+   without VNNI: 2 inputs widened to int16 per slot against 2 weights
+   (vpmaddwd), the weights widened 64 at a time into a small buffer first.
    The integer dot products are exact, and the float sum over groups runs in
    the plain kernel's order. R rows by V vectors of 16 tokens. */
-typedef __m512i (*Q8Step)(__m512i acc, const int8_t *w, __m512i x);
-
-static inline __attribute__((always_inline)) VNNI __m512i q8_step_vnni(__m512i acc, const int8_t *w, __m512i x) {
-    int32_t four;
-    memcpy(&four, w, 4);
-    return _mm512_dpbusd_epi32(acc, _mm512_xor_si512(_mm512_set1_epi32(four), _mm512_set1_epi8((char)0x80)), x);
-}
-
-static inline __attribute__((always_inline)) AVX512 __m512i q8_step_madd(__m512i acc, const int8_t *w, __m512i x) {
-    uint32_t pair = (uint16_t)(int16_t)w[0] | (uint32_t)(uint16_t)(int16_t)w[1] << 16;
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_set1_epi32((int32_t)pair), x));
-}
 
 /* The batched int8 kernels' input, made once per matmul by prepare_q8_*:
-   the values [n / step][width] in 4-byte slots, then per group and token the
-   scales [groups][width] and (VNNI) the biases [groups][width]. */
+   the values [n / per_slot][width] in 4-byte slots, then per group and token
+   the scales [groups][width] and (VNNI) the biases [groups][width]. */
 typedef struct {
     const int32_t *x;
     const float *scale;
     const int32_t *bias;
 } Q8Tokens;
 
-static Q8Tokens q8_tokens_layout(const void *scratch, int n, int group_size, int T, int step) {
+static Q8Tokens q8_tokens_layout(const void *scratch, int n, int group_size, int T, int per_slot) {
     int width = (T + 15) / 16 * 16, groups = n / group_size;
     const int32_t *x = scratch;
-    const float *scale = (const float *)(x + (size_t)n / step * width);
+    const float *scale = (const float *)(x + (size_t)n / per_slot * width);
     return (Q8Tokens){x, scale, (const int32_t *)(scale + (size_t)groups * width)};
+}
+
+/* acc[r][v] = the integer dot products of weights [j0, j1) of rows row.. with
+   the tokens of vectors v0.. */
+typedef void (*Q8GroupDots)(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int width, int R, int v0,
+                            int V, int j0, int j1);
+
+static inline __attribute__((always_inline)) VNNI void
+group_dots_vnni(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
+                int j1) {
+    for (int j = j0; j < j1; j += 4) {
+        if (j % 64 == 0) /* a new cache line of these rows: ask for the next rows' line now */
+            for (int r = 0; r < R; r++) prefetch(w + (size_t)r * n + j, (size_t)R * n);
+        __m512i xv[4];
+        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(x + (size_t)(j / 4) * width + 16 * (v0 + v));
+        for (int r = 0; r < R; r++) {
+            int32_t four;
+            memcpy(&four, w + (size_t)r * n + j, 4);
+            __m512i w_unsigned = _mm512_xor_si512(_mm512_set1_epi32(four), _mm512_set1_epi8((char)0x80));
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w_unsigned, xv[v]);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+group_dots_madd(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
+                int j1) {
+    for (int jb = j0; jb < j1; jb += 64) {
+        int len = j1 - jb < 64 ? j1 - jb : 64;
+        int32_t pairs[6][32]; /* weights jb.. of each row as int16 pairs */
+        for (int r = 0; r < R; r++) {
+            const int8_t *src = w + (size_t)r * n + jb;
+            prefetch(src, (size_t)R * n);
+            if (len == 64) {
+                _mm512_storeu_si512(pairs[r], _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)src)));
+                _mm512_storeu_si512(pairs[r] + 16, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(src + 32))));
+            } else {
+                for (int k = 0; k < len; k += 2)
+                    pairs[r][k / 2] = (int32_t)((uint16_t)(int16_t)src[k] | (uint32_t)(uint16_t)(int16_t)src[k + 1] << 16);
+            }
+        }
+        for (int k = 0; k < len; k += 2) {
+            __m512i xv[4];
+            for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(x + (size_t)((jb + k) / 2) * width + 16 * (v0 + v));
+            for (int r = 0; r < R; r++) {
+                __m512i pair = _mm512_set1_epi32(pairs[r][k / 2]);
+                for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_epi32(acc[r][v], _mm512_madd_epi16(pair, xv[v]));
+            }
+        }
+    }
 }
 
 static inline __attribute__((always_inline)) AVX512 void
 q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row, int R,
-                int v0, int V, Q8Step dot, int step) {
+                int v0, int V, Q8GroupDots group_dots) {
     int groups = n / group_size;
-    __m512 val[6][2];
+    __m512 val[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++) val[r][v] = _mm512_setzero_ps();
     for (int g = 0; g < groups; g++) {
-        __m512i acc[6][2];
+        __m512i acc[6][4];
         for (int r = 0; r < R; r++)
             for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
-        for (int j = g * group_size; j < (g + 1) * group_size; j += step) {
-            if (j % 64 == 0) /* a new cache line of these rows: ask for the next rows' line now */
-                for (int r = 0; r < R; r++) prefetch(w->q + (size_t)(row + r) * n + j, (size_t)R * n);
-            __m512i x[2];
-            for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(in.x + (size_t)(j / step) * width + 16 * (v0 + v));
-            for (int r = 0; r < R; r++)
-                for (int v = 0; v < V; v++) acc[r][v] = dot(acc[r][v], w->q + (size_t)(row + r) * n + j, x[v]);
-        }
+        group_dots(acc, in.x, w->q + (size_t)row * n, n, width, R, v0, V, g * group_size, (g + 1) * group_size);
         for (int v = 0; v < V; v++) {
             size_t at = (size_t)g * width + 16 * (v0 + v);
-            __m512i bias = step == 4 ? _mm512_loadu_si512(in.bias + at) : _mm512_setzero_si512();
+            __m512i bias = in.bias ? _mm512_loadu_si512(in.bias + at) : _mm512_setzero_si512();
             __m512 x_scale = _mm512_loadu_ps(in.scale + at);
             for (int r = 0; r < R; r++) {
                 __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], bias));
@@ -1832,20 +1871,28 @@ q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_siz
         for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
 }
 
-/* Rows [begin, end) for all T tokens: blocks of 6 rows by 2 vectors of 16 tokens. */
+/* Rows [begin, end) for all T tokens, in blocks of R rows by V vectors of 16
+   tokens (constant R and V keep the sums in registers). */
 static inline __attribute__((always_inline)) AVX512 void
-matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
-                      int group_size, int T, int begin, int end, Q8Step dot, int step) {
+q8_tokens_rows(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int begin, int end,
+               int v0, int V, Q8GroupDots dots) {
+    int i = begin;
+    for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, V, dots);
+    for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, V, dots);
+}
+
+/* The whole batch: 2 vectors of tokens at a time with VNNI (max_v 2), all of
+   them at once without, so that each block's weights are widened only once. */
+static inline __attribute__((always_inline)) AVX512 void
+matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, Q8Tokens in, const Matrix *w, int n,
+                      int group_size, int T, int begin, int end, Q8GroupDots dots, int max_v) {
     int width = (T + 15) / 16 * 16;
-    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, step);
-    for (int v0 = 0; v0 < width / 16; v0 += 2) {
-        int i = begin, V = v0 + 2 <= width / 16 ? 2 : 1;
-        if (V == 2) {
-            for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, 2, dot, step);
-            for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, 2, dot, step);
-        } else {
-            for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, 1, dot, step);
-            for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, 1, dot, step);
+    for (int v0 = 0; v0 < width / 16; v0 += max_v) {
+        switch (width / 16 - v0 < max_v ? width / 16 - v0 : max_v) {
+        case 1: q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 1, dots); break;
+        case 2: q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 2, dots); break;
+        case 3: q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 3, dots); break;
+        default: q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 4, dots); break;
         }
     }
     transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
@@ -1853,12 +1900,15 @@ matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, const void *s
 
 static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
                                        const Matrix *w, int n, int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_rows(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, q8_step_vnni, 4);
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_vnni, 2);
 }
 
 static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float *out_t, const void *scratch,
                                            const Matrix *w, int n, int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_rows(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, q8_step_madd, 2);
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 2);
+    in.bias = NULL;
+    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_madd, 4);
 }
 
 /* VNNI layout: 4 int8 values of a token per slot (by 32-bit transposes), the
@@ -1923,11 +1973,816 @@ static const KernelSet vnni_kernels = {
 };
 #endif
 
+/* ------------------------------------------------------------------------- */
+/* SSE, AVX2 and NEON kernels: 8 lanes, written once with vector extensions   */
+
+/* The bodies below are compiled for each instruction set through thin
+   wrappers (matvec_avx2, matvec_sse, matvec_neon, ...): always-inline bodies
+   take on their caller's target. The few pieces with no portable form (the
+   libm-exact expf, int8 dot products, the AVX2 transpose) come in as constant
+   function pointers. Shuffles are only ever of 16-byte vectors, except in
+   AVX2 code: GCC turns a shuffle wider than the target's registers into
+   scalar moves. Wide vectors are passed by pointer, never by value (their
+   calling convention differs with and without AVX). */
+
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef double f64x4 __attribute__((vector_size(32)));
+typedef uint64_t u64x4 __attribute__((vector_size(32)));
+
+/* ------------------------------------------------------------------------- */
+/* 1. Helpers                                                                  */
+
+static inline __attribute__((always_inline)) f32x4 load4(const float *p) {
+    f32x4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* In place: r[0..3] are 4 rows of 4 floats; afterwards r[c] holds column c. */
+static inline __attribute__((always_inline)) void transpose4(f32x4 r[4]) {
+    f32x4 t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5), t1 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7);
+    f32x4 t2 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5), t3 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
+    r[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+    r[1] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+    r[2] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+    r[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+}
+
+/* col[c] = column c of the 8x8 block at src (rows `stride` floats apart):
+   four 4x4 transposes of 16-byte halves, whose results are then placed as the
+   halves of 32-byte vectors (a plain store of two halves, not a shuffle). */
+static inline void transpose8(f32x8 col[8], const float *src, size_t stride) {
+    f32x4 a[8], b[8]; /* columns 0-3 and 4-7 of rows 0..7 */
+    for (int k = 0; k < 8; k++) {
+        a[k] = load4(src + k * stride);
+        b[k] = load4(src + k * stride + 4);
+    }
+    transpose4(a);
+    transpose4(a + 4);
+    transpose4(b);
+    transpose4(b + 4);
+    for (int c = 0; c < 4; c++) {
+        memcpy((char *)&col[c], &a[c], 16);
+        memcpy((char *)&col[c] + 16, &a[4 + c], 16);
+        memcpy((char *)&col[4 + c], &b[c], 16);
+        memcpy((char *)&col[4 + c] + 16, &b[4 + c], 16);
+    }
+}
+
+/* How the generic bodies receive their target's transpose8. */
+typedef void (*TransposeFn)(f32x8 col[8], const float *src, size_t stride);
+
+#if defined(__x86_64__)
+/* transpose8 for AVX2, where 32-byte shuffles are single instructions: row k
+   and row k + 4 share a register (one 16-byte half each), so that one 4x4
+   transpose within each half gives whole 8-row columns: 16 shuffles instead
+   of 32 plus the joins, and no store-then-reload of halves. */
+static inline __attribute__((target("avx2"))) void transpose8_avx2(f32x8 col[8], const float *src, size_t stride) {
+    f32x8 lo[4], hi[4]; /* lo[k]: columns 0-3 of rows k | k + 4; hi[k]: columns 4-7 */
+    for (int k = 0; k < 4; k++) {
+        const float *upper = src + k * stride, *lower = src + (k + 4) * stride;
+        lo[k] = __builtin_shufflevector(load4(upper), load4(lower), 0, 1, 2, 3, 4, 5, 6, 7);
+        hi[k] = __builtin_shufflevector(load4(upper + 4), load4(lower + 4), 0, 1, 2, 3, 4, 5, 6, 7);
+    }
+    for (int half = 0; half < 2; half++) {
+        f32x8 *r = half ? hi : lo;
+        f32x8 t0 = __builtin_shufflevector(r[0], r[1], 0, 8, 1, 9, 4, 12, 5, 13);
+        f32x8 t1 = __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
+        f32x8 t2 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
+        f32x8 t3 = __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
+        col[4 * half + 0] = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
+        col[4 * half + 1] = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+        col[4 * half + 2] = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
+        col[4 * half + 3] = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+}
+#endif
+
+/* transpose8 of a block of rows x cols (<= 8 each), zeros elsewhere: for the
+   tails of rows and columns, without reading past them. */
+static inline __attribute__((always_inline)) void transpose8_partial(f32x8 col[8], const float *src, size_t stride, int rows, int cols, TransposeFn transpose) {
+    float buf[8][8] = {{0}};
+    for (int k = 0; k < rows; k++) memcpy(buf[k], src + k * stride, cols * sizeof(float));
+    transpose(col, buf[0], 8);
+}
+
+/* Lane k of the result: the sum of the four lanes of v[k] (integers: exact in any order). */
+static inline __attribute__((always_inline)) i32x4 sum_lanes4(const i32x4 v[4]) {
+    i32x4 ab = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5) + __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
+    i32x4 cd = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5) + __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
+    return __builtin_shufflevector(ab, cd, 0, 1, 4, 5) + __builtin_shufflevector(ab, cd, 2, 3, 6, 7);
+}
+
+/* ------------------------------------------------------------------------- */
+/* 2. Per-target pieces                                                        */
+
+/* expf() of 4 floats. ExpFn is how the generic bodies receive the target's. */
+typedef f32x4 (*ExpFn)(f32x4);
+
+/* Portable: libm itself, lane by lane. Used where no vector exp is proven
+   bit-exact against the libm the program runs with (SSE2: glibc picks a
+   non-FMA expf there; NEON: not verified). */
+static f32x4 expf4_libm(f32x4 x) {
+    f32x4 y = {expf(x[0]), expf(x[1]), expf(x[2]), expf(x[3])};
+    return y;
+}
+
+#if defined(__x86_64__)
+static inline __attribute__((always_inline)) __attribute__((target("avx2,fma"))) f64x4 fma4(f64x4 a, f64x4 b, f64x4 c) {
+    return (f64x4)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+}
+
+/* glibc's expf on a CPU with AVX2 and FMA (its __expf_fma), 4 lanes, bit for
+   bit: in double precision, x * 32/ln2 = k + r with |r| <= 1/2, and
+   exp(x) = 2^(k/32) * 2^(r/32), the latter a cubic in r; the fused steps are
+   the ones glibc's FMA build fuses. Its main path covers [-103.28, 88.72],
+   below -103.97 it gives 0; the few lanes left (NaN, overflow, the edge of
+   underflow) go to expf() itself. */
+static __attribute__((target("avx2,fma"))) f32x4 expf4_avx2(f32x4 x) {
+    const f64x4 inv_ln2_32 = {0x1.71547652b82fep+5, 0x1.71547652b82fep+5, 0x1.71547652b82fep+5, 0x1.71547652b82fep+5};
+    const f64x4 round_shift = {0x1.8p+52, 0x1.8p+52, 0x1.8p+52, 0x1.8p+52}; /* adding it rounds to an integer */
+    const f64x4 one = {1.0, 1.0, 1.0, 1.0};
+    f64x4 xd = __builtin_convertvector(x, f64x4);
+    f64x4 kd = fma4(inv_ln2_32, xd, round_shift); /* k in the low bits */
+    u64x4 k = (u64x4)kd;
+    kd -= round_shift;
+    f64x4 r = fma4(inv_ln2_32, xd, -kd);
+    /* 2^(k/32) = 2^((k mod 32)/32) from the table, times 2^floor(k/32) added to its exponent */
+    f64x4 fraction = {exp2_fraction[k[0] & 31], exp2_fraction[k[1] & 31], exp2_fraction[k[2] & 31],
+                      exp2_fraction[k[3] & 31]};
+    f64x4 scale = (f64x4)((u64x4)fraction + ((k & ~(uint64_t)31) << 47));
+    f64x4 c0 = {0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20};
+    f64x4 c1 = {0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13};
+    f64x4 c2 = {0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6};
+    f64x4 z = fma4(r, c0, c1);
+    f64x4 r2 = r * r;
+    f64x4 y = fma4(r, c2, one);
+    y = fma4(z, r2, y);
+    f32x4 result = __builtin_convertvector(y * scale, f32x4);
+    i32x4 main_path = (x >= -0x1.9d1d9ep+6f) & (x <= 0x1.62e42ep+6f);
+    i32x4 zero = x < -0x1.9fe368p+6f;
+    result = (f32x4)((i32x4)result & main_path);
+    i32x4 rest = ~(main_path | zero);
+    for (int k = 0; k < 4; k++)
+        if (rest[k]) result[k] = expf(x[k]);
+    return result;
+}
+#endif
+
+/* int8 dot product of len bytes (a multiple of 16) as 4 partial int32 sums,
+   whose total is the exact dot product. DotFn: how the generic bodies get it. */
+typedef i32x4 (*DotFn)(const int8_t *w, const int8_t *x, int len);
+
+/* acc += for 8 tokens, (x_a * w_a + x_b * w_b) where x holds each token's two
+   int16 values a, b side by side and w_pair holds w_a in its low and w_b in its
+   high 16 bits (the pmaddwd instruction). PairFn: how the bodies get it. */
+typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
+
+#if defined(__x86_64__)
+static __attribute__((target("avx2"))) i32x4 dot_avx2(const int8_t *w, const int8_t *x, int len) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int k = 0; k < len; k += 16) {
+        __m256i w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k)));
+        __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + k)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(w16, x16));
+    }
+    return (i32x4)_mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+}
+
+static __attribute__((target("avx2"))) void pair_avx2(i32x8 *acc, const int16_t *x, int32_t w_pair) {
+    __m256i products = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x), _mm256_set1_epi32(w_pair));
+    *acc = (i32x8)_mm256_add_epi32((__m256i)*acc, products);
+}
+
+/* SSE2 has no sign extension of bytes: interleave a byte with itself and
+   shift the 16-bit result right arithmetically. */
+static i32x4 dot_sse(const int8_t *w, const int8_t *x, int len) {
+    __m128i acc = _mm_setzero_si128();
+    for (int k = 0; k < len; k += 16) {
+        __m128i wv = _mm_loadu_si128((const __m128i *)(w + k)), xv = _mm_loadu_si128((const __m128i *)(x + k));
+        __m128i w_lo = _mm_srai_epi16(_mm_unpacklo_epi8(wv, wv), 8), w_hi = _mm_srai_epi16(_mm_unpackhi_epi8(wv, wv), 8);
+        __m128i x_lo = _mm_srai_epi16(_mm_unpacklo_epi8(xv, xv), 8), x_hi = _mm_srai_epi16(_mm_unpackhi_epi8(xv, xv), 8);
+        acc = _mm_add_epi32(acc, _mm_add_epi32(_mm_madd_epi16(w_lo, x_lo), _mm_madd_epi16(w_hi, x_hi)));
+    }
+    return (i32x4)acc;
+}
+
+static void pair_sse(i32x8 *acc, const int16_t *x, int32_t w_pair) {
+    __m128i halves[2], wv = _mm_set1_epi32(w_pair);
+    memcpy(halves, acc, sizeof halves);
+    halves[0] = _mm_add_epi32(halves[0], _mm_madd_epi16(_mm_loadu_si128((const __m128i *)x), wv));
+    halves[1] = _mm_add_epi32(halves[1], _mm_madd_epi16(_mm_loadu_si128((const __m128i *)(x + 8)), wv));
+    memcpy(acc, halves, sizeof halves);
+}
+#endif
+
+#if defined(__aarch64__)
+/* vmull_s8: 8 exact int16 products; vpadalq_s16 adds neighbouring pairs into int32. */
+static i32x4 dot_neon(const int8_t *w, const int8_t *x, int len) {
+    int32x4_t acc = vdupq_n_s32(0);
+    for (int k = 0; k < len; k += 16) {
+        int8x16_t wv = vld1q_s8(w + k), xv = vld1q_s8(x + k);
+        acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(wv), vget_low_s8(xv)));
+        acc = vpadalq_s16(acc, vmull_high_s8(wv, xv));
+    }
+    return (i32x4)acc;
+}
+
+/* pmaddwd's job on NEON: widening products of 4 tokens' pairs, then the pairs added (vpaddq). */
+static void pair_neon(i32x8 *acc, const int16_t *x, int32_t w_pair) {
+    int32x4_t halves[2];
+    int16x8_t wv = vreinterpretq_s16_s32(vdupq_n_s32(w_pair));
+    memcpy(halves, acc, sizeof halves);
+    for (int h = 0; h < 2; h++) {
+        int16x8_t xv = vld1q_s16(x + 8 * h);
+        int32x4_t sums = vpaddq_s32(vmull_s16(vget_low_s16(xv), vget_low_s16(wv)), vmull_high_s16(xv, wv));
+        halves[h] = vaddq_s32(halves[h], sums);
+    }
+    memcpy(acc, halves, sizeof halves);
+}
+#endif
+
+/* ------------------------------------------------------------------------- */
+/* 3. Generic bodies                                                           */
+
+/* matvec_plain for B blocks of 8 rows from row i (B = 1 or 2 independent
+   chains of adds): each 8x8 block of weights is transposed so that lane r adds
+   row r's products in column order. (Two named blocks rather than an array
+   indexed by b: GCC then keeps everything in registers.) */
+static inline __attribute__((always_inline)) void matvec_rows(float *out, const float *x, const float *w, int n, size_t stride, int i, int B, size_t ahead,
+                        TransposeFn transpose) {
+    const float *block0 = w + i * stride, *block1 = block0 + 8 * stride;
+    f32x8 acc0 = {0}, acc1 = {0}, col0[8], col1[8];
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        if (j % 16 == 0)
+            for (int k = 0; k < 8 * B; k++) prefetch(block0 + k * stride + j, ahead);
+        transpose(col0, block0 + j, stride);
+        if (B == 2) transpose(col1, block1 + j, stride);
+        for (int c = 0; c < 8; c++) {
+            acc0 += col0[c] * x[j + c];
+            if (B == 2) acc1 += col1[c] * x[j + c];
+        }
+    }
+    if (j < n) {
+        transpose8_partial(col0, block0 + j, stride, 8, n - j, transpose);
+        if (B == 2) transpose8_partial(col1, block1 + j, stride, 8, n - j, transpose);
+        for (int c = 0; c < n - j; c++) {
+            acc0 += col0[c] * x[j + c];
+            if (B == 2) acc1 += col1[c] * x[j + c];
+        }
+    }
+    memcpy(out + i, &acc0, sizeof acc0);
+    if (B == 2) memcpy(out + i + 8, &acc1, sizeof acc1);
+}
+
+/* matvec_plain: 8 * B rows at a time (B = 2 where registers allow), then 8,
+   then the plain loop. */
+static inline __attribute__((always_inline)) void matvec_body(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end, int B,
+                        TransposeFn transpose) {
+    size_t ahead = prefetch_ahead(stride * sizeof(float), 8 * B);
+    int i = begin;
+    for (; i + 8 * B <= end; i += 8 * B) matvec_rows(out, x, w, n, stride, i, B, ahead, transpose);
+    if (i + 8 <= end) {
+        matvec_rows(out, x, w, n, stride, i, 1, ahead, transpose);
+        i += 8;
+    }
+    matvec(out, x, w, n, i, end);
+}
+
+/* The layout prepare_tokens8() makes: tokens padded with zeros to width, a
+   multiple of 8, in vectors of 8 tokens v = t / 8, each vector's values
+   contiguous over the columns: x_t[(v * n + j) * 8 + t % 8]. (Rows of all 64
+   tokens, 256 bytes apart, would map a column block onto a quarter of L1's sets.) */
+static int token_width(int T) { return (T + 7) / 8 * 8; }
+
+/* R rows by V vectors of 8 tokens of out_t[row][t] = W[row] . x[t], for the
+   columns [jb, je): added to what out_t holds unless jb == 0. One weight,
+   broadcast, meets V vectors of tokens: R * V independent sums in registers. */
+static inline __attribute__((always_inline)) void tokens_block8(float *out_t, const float *x_t, const float *w, int n, int row, int R, int v0, int V, int jb,
+                         int je) {
+    f32x8 acc[6][2];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) {
+            if (jb == 0) acc[r][v] = (f32x8){0};
+            else memcpy(&acc[r][v], out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), sizeof(f32x8));
+        }
+    for (int j = jb; j < je; j++) {
+        f32x8 xv[2];
+        for (int v = 0; v < V; v++) memcpy(&xv[v], x_t + ((size_t)(v0 + v) * n + j) * 8, sizeof(f32x8));
+        for (int r = 0; r < R; r++) {
+            float wr = w[(size_t)(row + r) * n + j];
+            for (int v = 0; v < V; v++) acc[r][v] += xv[v] * wr;
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) memcpy(out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), &acc[r][v], sizeof(f32x8));
+}
+
+/* Rows [begin, end) of out[t][i] = W[i] . x[t]: columns in blocks of 256, so
+   that the block of x_t (256 x 64 floats) stays in cache while all the rows
+   pass; within a block, R rows at a time (their weights stay in L1) by every
+   token vector. Partial sums wait in out_t, transposed into out at the end. */
+static inline __attribute__((always_inline)) void matmul_tokens_body(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n,
+                               int T, int begin, int end, int R, int V) {
+    int width = token_width(T), vectors = width / 8;
+    for (int jb = 0; jb < n; jb += 256) {
+        int je = jb + 256 < n ? jb + 256 : n;
+        int i = begin;
+        for (; i + R <= end; i += R) {
+            int v0 = 0;
+            for (; v0 + V <= vectors; v0 += V) tokens_block8(out_t, x_t, w, n, i, R, v0, V, jb, je);
+            for (; v0 < vectors; v0++) tokens_block8(out_t, x_t, w, n, i, R, v0, 1, jb, je);
+        }
+        for (; i < end; i++)
+            for (int v0 = 0; v0 < vectors; v0++) tokens_block8(out_t, x_t, w, n, i, 1, v0, 1, jb, je);
+    }
+    for (int i = begin; i < end; i++)
+        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = out_t[(size_t)i * MAX_BATCH + t];
+}
+
+/* quantize() for group sizes that are a multiple of 8, 8 values at a time: the
+   same maximum (NaN never wins a > comparison), the same division and the same
+   rounding. Truncation goes through int32, exact for |v| <= 256; larger values
+   and NaN give 0 in quantize(), so they are set to 0 first. */
+static inline __attribute__((always_inline)) void quantize_body(int8_t *q, float *scale, const float *x, int n, int group_size) {
+    if (group_size % 8) {
+        quantize(q, scale, x, n, group_size);
+        return;
+    }
+    const i32x8 abs_mask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
+    const f32x8 one = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (int g = 0; g < n / group_size; g++) {
+        const float *group = x + g * group_size;
+        f32x8 lane_max = {0};
+        for (int i = 0; i < group_size; i += 8) {
+            f32x8 a;
+            memcpy(&a, group + i, sizeof a);
+            a = (f32x8)((i32x8)a & abs_mask);
+            i32x8 greater = a > lane_max;
+            lane_max = (f32x8)(((i32x8)a & greater) | ((i32x8)lane_max & ~greater));
+        }
+        float max_abs = 0.0f;
+        for (int k = 0; k < 8; k++)
+            if (lane_max[k] > max_abs) max_abs = lane_max[k];
+        float s = max_abs / 127.0f;
+        scale[g] = s;
+        for (int i = 0; i < group_size; i += 8) {
+            f32x8 v = {0};
+            if (s > 0) {
+                memcpy(&v, group + i, sizeof v);
+                v /= s;
+            }
+            i32x8 small = (f32x8)((i32x8)v & abs_mask) <= 256.0f; /* false for NaN */
+            v = (f32x8)((i32x8)v & small);
+            f32x8 r = __builtin_convertvector(__builtin_convertvector(v, i32x8), f32x8); /* truncf */
+            i32x8 up = (f32x8)((i32x8)(v - r) & abs_mask) >= 0.5f;
+            i32x8 positive = v > 0.0f;
+            f32x8 step = (f32x8)(((i32x8)one & positive) | ((i32x8)(-one) & ~positive));
+            r += (f32x8)((i32x8)step & up);
+            i32x8 in_range = small & (r >= -127.0f) & (r <= 127.0f);
+            i32x8 qi = __builtin_convertvector(r, i32x8) & in_range;
+            for (int k = 0; k < 8; k++) q[g * group_size + i + k] = (int8_t)qi[k];
+        }
+    }
+}
+
+/* matvec_q8_plain, 8 rows at a time (one per lane) for group sizes that are a
+   multiple of 16: each row's integer dot product per group is exact in any
+   order; the float sum over groups runs in the plain order. */
+static inline __attribute__((always_inline)) void matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                           int begin, int end, DotFn dot) {
+    int i = begin, groups = n / group_size;
+    size_t ahead = prefetch_ahead(n, 8);
+    if (group_size % 16 == 0)
+        for (; i + 8 <= end; i += 8) {
+            const int8_t *block = w->q + (size_t)i * n;
+            const float *block_scale = w->scale + (size_t)i * groups;
+            f32x8 val = {0};
+            for (int g = 0; g < groups; g++) {
+                i32x4 partial[8];
+                for (int r = 0; r < 8; r++) {
+                    const int8_t *row = block + (size_t)r * n + g * group_size;
+                    for (int k = 0; k < group_size; k += 64) prefetch(row + k, ahead);
+                    partial[r] = dot(row, xq + g * group_size, group_size);
+                }
+                i32x4 halves[2] = {sum_lanes4(partial), sum_lanes4(partial + 4)};
+                i32x8 ival;
+                memcpy(&ival, halves, sizeof ival);
+                f32x8 ws;
+                for (int r = 0; r < 8; r++) ws[r] = block_scale[(size_t)r * groups + g];
+                val += __builtin_convertvector(ival, f32x8) * ws * xs[g];
+            }
+            memcpy(out + i, &val, sizeof val);
+        }
+    matvec_q8(out, xq, xs, w, n, group_size, i, end);
+}
+
+/* The layout prepare_q8_pairs() makes in its scratch: the int8 inputs as
+   int16, two values of a token side by side, by vectors of 8 tokens (padded
+   with zeros to width) as in prepare_tokens: x2[((t / 8) * n / 2 + j / 2) * 8 +
+   t % 8][j % 2]; then the scales xs_t[g * width + t]. */
+static const float *q8_token_scales(const void *scratch, int n, int width) {
+    return (const float *)((const char *)scratch + (size_t)n * width * sizeof(int16_t));
+}
+
+/* Weights of R rows are turned into int16 pairs in pieces of at most this many
+   values of a group (a buffer on the stack). */
+#define Q8_PIECE 512
+
+/* The integer part of R rows by V vectors of 8 tokens: acc += the dot products
+   of the converted weights w16[r][0..len) with the tokens' values from pair
+   p0 on. The weight pair is broadcast; one pmaddwd does 8 tokens x 2 values. */
+static inline __attribute__((always_inline)) void q8_pairs_block(i32x8 acc_mem[6][MAX_BATCH / 8], int16_t w16[6][Q8_PIECE], const int16_t *x2,
+                            int pairs, int p0, int len, int R, int v0, int V, PairFn pair) {
+    i32x8 acc[6][2];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) acc[r][v] = acc_mem[r][v0 + v];
+    for (int p = 0; p < len / 2; p++) {
+        for (int r = 0; r < R; r++) {
+            int32_t w_pair;
+            memcpy(&w_pair, &w16[r][2 * p], sizeof w_pair);
+            for (int v = 0; v < V; v++) pair(&acc[r][v], x2 + ((size_t)(v0 + v) * pairs + p0 + p) * 16, w_pair);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) acc_mem[r][v0 + v] = acc[r][v];
+}
+
+/* R rows (a constant) of out_t[row][t] = W[row] . x[t] for int8 weights: per
+   group, the exact integer sums for all tokens, then val += ival * w_scale *
+   x_scale as in the plain kernel, one token per lane. */
+static inline __attribute__((always_inline)) void q8_pairs_rows(float *out_t, const void *scratch, const Matrix *w, int n, int group_size, int T, int row,
+                           int R, int V, PairFn pair) {
+    int width = token_width(T), vectors = width / 8, groups = n / group_size;
+    const int16_t *x2 = scratch;
+    const float *xs_t = q8_token_scales(scratch, n, width);
+    int16_t w16[6][Q8_PIECE];
+    i32x8 acc_mem[6][MAX_BATCH / 8];
+    for (int g = 0; g < groups; g++) {
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < vectors; v++) acc_mem[r][v] = (i32x8){0};
+        for (int j0 = g * group_size; j0 < (g + 1) * group_size; j0 += Q8_PIECE) {
+            int len = (g + 1) * group_size - j0 < Q8_PIECE ? (g + 1) * group_size - j0 : Q8_PIECE;
+            for (int r = 0; r < R; r++) {
+                const int8_t *src = w->q + (size_t)(row + r) * n + j0;
+                for (int k = 0; k < len; k++) w16[r][k] = src[k];
+            }
+            int v0 = 0;
+            for (; v0 + V <= vectors; v0 += V) q8_pairs_block(acc_mem, w16, x2, n / 2, j0 / 2, len, R, v0, V, pair);
+            for (; v0 < vectors; v0++) q8_pairs_block(acc_mem, w16, x2, n / 2, j0 / 2, len, R, v0, 1, pair);
+        }
+        for (int r = 0; r < R; r++) {
+            float *val = out_t + (size_t)(row + r) * MAX_BATCH;
+            float ws = w->scale[(size_t)(row + r) * groups + g];
+            for (int v = 0; v < vectors; v++) {
+                f32x8 sum = {0}, x_scale;
+                if (g > 0) memcpy(&sum, val + 8 * v, sizeof sum);
+                memcpy(&x_scale, xs_t + (size_t)g * width + 8 * v, sizeof x_scale);
+                sum += __builtin_convertvector(acc_mem[r][v], f32x8) * ws * x_scale;
+                memcpy(val + 8 * v, &sum, sizeof sum);
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void matmul_q8_tokens_body(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w,
+                                  int n, int group_size, int T, int begin, int end, int R, int V, PairFn pair) {
+    int i = begin;
+    for (; i + R <= end; i += R) q8_pairs_rows(out_t, scratch, w, n, group_size, T, i, R, V, pair);
+    for (; i < end; i++) q8_pairs_rows(out_t, scratch, w, n, group_size, T, i, 1, V, pair);
+    for (int i = begin; i < end; i++)
+        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = out_t[(size_t)i * MAX_BATCH + t];
+}
+
+/* softmax(): the maximum (a NaN x[0] stays; a later NaN never wins a >
+   comparison; which of +0 and -0 wins does not matter, exp of either
+   difference being the same), exponentials 4 at a time, the sum in the plain
+   order (a chain of dependent adds), the divisions 8 at a time. */
+static inline __attribute__((always_inline)) void softmax_body(float *x, int n, ExpFn exp4) {
+    float max_val = x[0];
+    f32x8 lane_max = {max_val, max_val, max_val, max_val, max_val, max_val, max_val, max_val};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        f32x8 v;
+        memcpy(&v, x + i, sizeof v);
+        i32x8 greater = v > lane_max;
+        lane_max = (f32x8)(((i32x8)v & greater) | ((i32x8)lane_max & ~greater));
+    }
+    for (int k = 0; k < 8; k++)
+        if (lane_max[k] > max_val) max_val = lane_max[k];
+    for (; i < n; i++)
+        if (x[i] > max_val) max_val = x[i];
+    for (i = 0; i + 4 <= n; i += 4) {
+        f32x4 e = exp4(load4(x + i) - max_val);
+        memcpy(x + i, &e, sizeof e);
+    }
+    for (; i < n; i++) x[i] = expf(x[i] - max_val);
+    float sum = 0.0f;
+    for (i = 0; i < n; i++) sum += x[i];
+    for (i = 0; i + 8 <= n; i += 8) {
+        f32x8 v;
+        memcpy(&v, x + i, sizeof v);
+        v /= sum;
+        memcpy(x + i, &v, sizeof v);
+    }
+    for (; i < n; i++) x[i] /= sum;
+}
+
+/* swiglu(): hb = hb * (1 / (1 + exp(-hb))) * hb2, 4 at a time. */
+static inline __attribute__((always_inline)) void swiglu_body(float *hb, const float *hb2, int n, ExpFn exp4) {
+    const f32x4 one = {1, 1, 1, 1};
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        f32x4 val = load4(hb + i);
+        val *= one / (one + exp4(-val));
+        val *= load4(hb2 + i);
+        memcpy(hb + i, &val, sizeof val);
+    }
+    for (; i < n; i++) {
+        float val = hb[i];
+        val *= 1.0f / (1.0f + expf(-val));
+        val *= hb2[i];
+        hb[i] = val;
+    }
+}
+
+/* Attention scores of Q queries that share one KV head for the keys
+   t0 .. t0 + 8 * B - 1: att[h * att_stride + t] = q[h] . key_t, each a
+   sequential sum over the head's dimensions as in matvec_plain. Blocks of 8
+   keys are transposed (key t in lane t) once for all Q queries; B * Q chains
+   of adds run side by side. */
+static inline __attribute__((always_inline)) void scores_keys(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int t0,
+                        int head_size, size_t kv_dim, int B, TransposeFn transpose) {
+    const float *block0 = keys + t0 * kv_dim, *block1 = block0 + 8 * kv_dim;
+    f32x8 acc0[4], acc1[4], col0[8], col1[8];
+    for (int h = 0; h < Q; h++) acc0[h] = acc1[h] = (f32x8){0};
+    for (int j = 0; j < head_size; j += 8) {
+        int cols = head_size - j < 8 ? head_size - j : 8;
+        if (cols == 8) {
+            transpose(col0, block0 + j, kv_dim);
+            if (B == 2) transpose(col1, block1 + j, kv_dim);
+        } else {
+            transpose8_partial(col0, block0 + j, kv_dim, 8, cols, transpose);
+            if (B == 2) transpose8_partial(col1, block1 + j, kv_dim, 8, cols, transpose);
+        }
+        for (int c = 0; c < cols; c++)
+            for (int h = 0; h < Q; h++) {
+                acc0[h] += col0[c] * q[h][j + c];
+                if (B == 2) acc1[h] += col1[c] * q[h][j + c];
+            }
+    }
+    for (int h = 0; h < Q; h++) {
+        memcpy(att + h * att_stride + t0, &acc0[h], sizeof(f32x8));
+        if (B == 2) memcpy(att + h * att_stride + t0 + 8, &acc1[h], sizeof(f32x8));
+    }
+}
+
+/* The scores for keys 0 .. n_keys - 1: 16 keys at a time when Q is small
+   (enough chains), else 8; the last few keys by the plain loop. */
+static inline __attribute__((always_inline)) void scores_body(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys,
+                        int head_size, size_t kv_dim, TransposeFn transpose) {
+    int t = 0;
+    if (Q <= 2)
+        for (; t + 16 <= n_keys; t += 16) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 2, transpose);
+    for (; t + 8 <= n_keys; t += 8) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 1, transpose);
+    for (int h = 0; h < Q; h++) /* the last keys, as attention_head() sums them */
+        for (int u = t; u < n_keys; u++) {
+            float score = 0.0f;
+            for (int i = 0; i < head_size; i++) score += keys[(size_t)u * kv_dim + i] * q[h][i];
+            att[h * att_stride + u] = score;
+        }
+}
+
+/* out[i] = sum over t < n_keys of a[t] * value_t[i] for the dimensions
+   i0 .. i0 + 8 * V - 1, t in order from 0.0f: lanes are dimensions, so no
+   transposing; V chains of adds side by side. */
+static inline __attribute__((always_inline)) void weighted_values_dims(float *out, const float *a, int n_keys, const float *values, size_t kv_dim, int i0,
+                                 int V) {
+    f32x8 acc[4] = {{0}, {0}, {0}, {0}};
+    for (int t = 0; t < n_keys; t++)
+        for (int v = 0; v < V; v++) {
+            f32x8 value;
+            memcpy(&value, values + t * kv_dim + i0 + 8 * v, sizeof value);
+            acc[v] += value * a[t];
+        }
+    memcpy(out + i0, acc, V * sizeof(f32x8));
+}
+
+/* All head_size dimensions: 32 at a time, then 8, then one by one. */
+static inline __attribute__((always_inline)) void weighted_values_body(float *out, const float *a, int n_keys, const float *values, size_t kv_dim,
+                                 int head_size) {
+    int i = 0;
+    for (; i + 32 <= head_size; i += 32) weighted_values_dims(out, a, n_keys, values, kv_dim, i, 4);
+    for (; i + 8 <= head_size; i += 8) weighted_values_dims(out, a, n_keys, values, kv_dim, i, 1);
+    for (; i < head_size; i++) {
+        float sum = 0.0f;
+        for (int t = 0; t < n_keys; t++) sum += a[t] * values[t * kv_dim + i];
+        out[i] = sum;
+    }
+}
+
+/* attention_head for each of the n_heads query heads of n_tokens consecutive
+   tokens (positions pos, pos + 1, ...) that share one KV head: queries in
+   groups of up to 4, whose scores share the transposed keys (a group of 3 is
+   padded with a copy of its last query into att's 4th row). */
+static inline __attribute__((always_inline)) void attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                                 const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
+                                 int n_heads, ExpFn exp4, TransposeFn transpose) {
+    int n_q = n_tokens * n_heads;
+    for (int first = 0; first < n_q; first += 4) {
+        int count = n_q - first < 4 ? n_q - first : 4, last[4];
+        const float *query[4];
+        float *query_out[4];
+        for (int k = 0; k < count; k++) {
+            int token = (first + k) / n_heads, head = (first + k) % n_heads;
+            query[k] = q + (size_t)token * dim + head * head_size;
+            query_out[k] = out + (size_t)token * dim + head * head_size;
+            last[k] = pos + token; /* causal: the last position this query sees */
+        }
+        int n_keys = last[count - 1] + 1;
+        switch (count) {
+        case 1: scores_body(att, att_stride, query, 1, keys, n_keys, head_size, kv_dim, transpose); break;
+        case 2: scores_body(att, att_stride, query, 2, keys, n_keys, head_size, kv_dim, transpose); break;
+        default:
+            query[3] = query[count - 1];
+            scores_body(att, att_stride, query, 4, keys, n_keys, head_size, kv_dim, transpose);
+            break;
+        }
+        for (int k = 0; k < count; k++) {
+            float *a = att + k * att_stride;
+            float d = sqrtf(head_size);
+            int i = 0;
+            for (; i + 8 <= last[k] + 1; i += 8) {
+                f32x8 v;
+                memcpy(&v, a + i, sizeof v);
+                v /= d;
+                memcpy(a + i, &v, sizeof v);
+            }
+            for (; i <= last[k]; i++) a[i] /= d;
+            softmax_body(a, last[k] + 1, exp4);
+            weighted_values_body(query_out[k], a, last[k] + 1, values, kv_dim, head_size);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* 4. Entry points                                                             */
+
+/* Shared by all targets (the layouts are the same): run once per matmul. */
+
+static void prepare_tokens8(float *x_t, const float *x, int n, int T) {
+    int width = token_width(T);
+    for (int t = 0; t < width; t++)
+        for (int j = 0; j < n; j++) x_t[((size_t)(t / 8) * n + j) * 8 + t % 8] = t < T ? x[(size_t)t * n + j] : 0.0f;
+}
+
+static int q8_pairs_supports(int group_size) { return group_size % 2 == 0; }
+
+static void prepare_q8_pairs(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T) {
+    int width = token_width(T), groups = n / group_size;
+    int16_t *x2 = scratch;
+    float *xs_t = (float *)((char *)scratch + (size_t)n * width * sizeof(int16_t));
+    for (int t = 0; t < width; t++)
+        for (int j = 0; j < n; j++) x2[(((size_t)(t / 8) * n / 2 + j / 2) * 8 + t % 8) * 2 + j % 2] = t < T ? xq[(size_t)t * n + j] : 0;
+    for (int g = 0; g < groups; g++)
+        for (int t = 0; t < width; t++) xs_t[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
+}
+
+#if defined(__x86_64__)
+/* AVX2 (+FMA for expf4_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
+   tokens of sums. */
+#define AVX2 __attribute__((target("avx2,fma")))
+
+static AVX2 void matvec_avx2(float *out, const float *x, const float *w, int n, int begin, int end) {
+    matvec_body(out, x, w, n, n, begin, end, 2, transpose8_avx2);
+}
+static AVX2 void matmul_tokens_avx2(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
+                             int begin, int end) {
+    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2);
+}
+static AVX2 void quantize_avx2(int8_t *q, float *scale, const float *x, int n, int group_size) {
+    quantize_body(q, scale, x, n, group_size);
+}
+static AVX2 void matvec_q8_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                         int begin, int end) {
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_avx2);
+}
+static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
+                                int group_size, int T, int begin, int end) {
+    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 6, 2, pair_avx2);
+}
+static AVX2 void softmax_avx2(float *x, int n) { softmax_body(x, n, expf4_avx2); }
+static AVX2 void swiglu_avx2(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_avx2); }
+static AVX2 void attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                               const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
+                               int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
+                         expf4_avx2, transpose8_avx2);
+}
+
+/* Baseline x86-64 (SSE2): 16 xmm registers, each f32x8 takes two, so 4 rows x
+   1 vector of tokens; expf() per lane. */
+static void matvec_sse(float *out, const float *x, const float *w, int n, int begin, int end) {
+    matvec_body(out, x, w, n, n, begin, end, 1, transpose8);
+}
+static void matmul_tokens_sse(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
+                       int begin, int end) {
+    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 4, 1);
+}
+static void quantize_sse(int8_t *q, float *scale, const float *x, int n, int group_size) {
+    quantize_body(q, scale, x, n, group_size);
+}
+static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
+                   int end) {
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_sse);
+}
+static void matmul_q8_tokens_sse(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
+                          int group_size, int T, int begin, int end) {
+    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 1, pair_sse);
+}
+static void softmax_sse(float *x, int n) { softmax_body(x, n, expf4_libm); }
+static void swiglu_sse(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_libm); }
+static void attention_block_sse(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                         const float *values, float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
+                         expf4_libm, transpose8);
+}
+#endif
+
+#if defined(__aarch64__)
+/* NEON: 32 q registers, so 6 rows x 2 vectors of tokens; expf() per lane. */
+static void matvec_neon(float *out, const float *x, const float *w, int n, int begin, int end) {
+    matvec_body(out, x, w, n, n, begin, end, 2, transpose8);
+}
+static void matmul_tokens_neon(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
+                        int begin, int end) {
+    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2);
+}
+static void quantize_neon(int8_t *q, float *scale, const float *x, int n, int group_size) {
+    quantize_body(q, scale, x, n, group_size);
+}
+static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
+                    int end) {
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_neon);
+}
+static void matmul_q8_tokens_neon(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
+                           int group_size, int T, int begin, int end) {
+    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 2, pair_neon);
+}
+static void softmax_neon(float *x, int n) { softmax_body(x, n, expf4_libm); }
+static void swiglu_neon(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_libm); }
+static void attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
+                          const float *values, float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
+                         expf4_libm, transpose8);
+}
+#endif
+
+#if defined(__x86_64__)
+static int cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static const KernelSet sse_kernels = {
+    .name = "sse", .cpu_has = cpu_has_always, .matvec = matvec_sse, .quantize = quantize_sse,
+    .matvec_q8 = matvec_q8_sse, .softmax = softmax_sse, .swiglu = swiglu_sse,
+    .attention_block = attention_block_sse, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_sse,
+    .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs,
+    .matmul_q8_tokens = matmul_q8_tokens_sse,
+};
+
+static const KernelSet avx2_kernels = {
+    .name = "avx2", .cpu_has = cpu_has_avx2, .matvec = matvec_avx2, .quantize = quantize_avx2,
+    .matvec_q8 = matvec_q8_avx2, .softmax = softmax_avx2, .swiglu = swiglu_avx2,
+    .attention_block = attention_block_avx2, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_avx2,
+    .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs,
+    .matmul_q8_tokens = matmul_q8_tokens_avx2,
+};
+#endif
+
+#if defined(__aarch64__)
+static const KernelSet neon_kernels = {
+    .name = "neon", .cpu_has = cpu_has_always, .matvec = matvec_neon, .quantize = quantize_neon,
+    .matvec_q8 = matvec_q8_neon, .softmax = softmax_neon, .swiglu = swiglu_neon,
+    .attention_block = attention_block_neon, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_neon,
+    .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs,
+    .matmul_q8_tokens = matmul_q8_tokens_neon,
+};
+#endif
+
 /* Every set this build has, slowest first. */
 static const KernelSet *const kernel_sets[] = {
     &plain_kernels,
 #if defined(__x86_64__)
-    &avx512_kernels, &vnni_kernels,
+    &sse_kernels, &avx2_kernels, &avx512_kernels, &vnni_kernels,
+#endif
+#if defined(__aarch64__)
+    &neon_kernels,
 #endif
 };
 #define N_KERNEL_SETS ((int)(sizeof kernel_sets / sizeof kernel_sets[0]))
@@ -1951,9 +2806,6 @@ static const KernelSet *choose_kernels(const char *cap) {
 
 /* ------------------------------------------------------------------------- */
 /* Batches: matmul and attention for many tokens, split across the threads    */
-
-/* Prompt tokens go through the layers together, up to this many at a time. */
-#define MAX_BATCH 64
 
 /* forward_batch()'s buffers; the KV cache, RoPE tables and logits are the run state's. */
 typedef struct {
