@@ -2685,16 +2685,14 @@ static AVX2 void attention_block_avx2(float *out, const float *q, int n_tokens, 
 }
 
 /* Baseline x86-64 (SSE2): 16 xmm registers, each f32x8 takes two, so 4 rows x
-   1 vector of tokens; expf() per lane. */
+   1 vector of tokens; expf() per lane. Its quantize and attention are Part I's:
+   with half the registers, the 8-lane versions spill and were slower. */
 static void matvec_sse(float *out, const float *x, const float *w, int n, int begin, int end) {
     matvec_body(out, x, w, n, n, begin, end, 1, transpose8);
 }
 static void matmul_tokens_sse(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
                        int begin, int end) {
     matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 4, 1);
-}
-static void quantize_sse(int8_t *q, float *scale, const float *x, int n, int group_size) {
-    quantize_body(q, scale, x, n, group_size);
 }
 static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
                    int end) {
@@ -2706,11 +2704,6 @@ static void matmul_q8_tokens_sse(float *out, size_t out_stride, float *out_t, co
 }
 static void softmax_sse(float *x, int n) { softmax_body(x, n, expf4_libm); }
 static void swiglu_sse(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_libm); }
-static void attention_block_sse(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                         const float *values, float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
-                         expf4_libm, transpose8);
-}
 #endif
 
 #if defined(__aarch64__)
@@ -2749,9 +2742,9 @@ static int cpu_has_avx2(void) {
 }
 
 static const KernelSet sse_kernels = {
-    .name = "sse", .cpu_has = cpu_has_always, .matvec = matvec_sse, .quantize = quantize_sse,
+    .name = "sse", .cpu_has = cpu_has_always, .matvec = matvec_sse, .quantize = quantize,
     .matvec_q8 = matvec_q8_sse, .softmax = softmax_sse, .swiglu = swiglu_sse,
-    .attention_block = attention_block_sse, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_sse,
+    .attention_block = attention_block_plain, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_sse,
     .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs,
     .matmul_q8_tokens = matmul_q8_tokens_sse,
 };
