@@ -2282,12 +2282,33 @@ static inline __attribute__((always_inline)) void tokens_block8(float *out_t, co
         for (int v = 0; v < V; v++) memcpy(out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), &acc[r][v], sizeof(f32x8));
 }
 
+/* out[t * out_stride + i] = out_t[i * MAX_BATCH + t] for rows [begin, end)
+   and tokens [0, T): the batched kernels' sums, back to one row per token,
+   by 8x8 transposes. */
+static inline __attribute__((always_inline)) void
+tokens_to_rows(float *out, size_t out_stride, const float *out_t, int T, int begin, int end, TransposeFn transpose) {
+    int i = begin;
+    for (; i + 8 <= end; i += 8) {
+        int t = 0;
+        for (; t + 8 <= T; t += 8) {
+            f32x8 col[8]; /* col[c]: token t + c of rows i..i+7 */
+            transpose(col, out_t + (size_t)i * MAX_BATCH + t, MAX_BATCH);
+            for (int c = 0; c < 8; c++) memcpy(out + (size_t)(t + c) * out_stride + i, &col[c], sizeof(f32x8));
+        }
+        for (; t < T; t++)
+            for (int r = i; r < i + 8; r++) out[(size_t)t * out_stride + r] = out_t[(size_t)r * MAX_BATCH + t];
+    }
+    for (; i < end; i++)
+        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = out_t[(size_t)i * MAX_BATCH + t];
+}
+
 /* Rows [begin, end) of out[t][i] = W[i] . x[t]: columns in blocks of 256, so
    that the block of x_t (256 x 64 floats) stays in cache while all the rows
    pass; within a block, R rows at a time (their weights stay in L1) by every
    token vector. Partial sums wait in out_t, transposed into out at the end. */
-static inline __attribute__((always_inline)) void matmul_tokens_body(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n,
-                               int T, int begin, int end, int R, int V) {
+static inline __attribute__((always_inline)) void
+matmul_tokens_body(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
+                   int begin, int end, int R, int V, TransposeFn transpose) {
     int width = token_width(T), vectors = width / 8;
     for (int jb = 0; jb < n; jb += 256) {
         int je = jb + 256 < n ? jb + 256 : n;
@@ -2300,8 +2321,7 @@ static inline __attribute__((always_inline)) void matmul_tokens_body(float *out,
         for (; i < end; i++)
             for (int v0 = 0; v0 < vectors; v0++) tokens_block8(out_t, x_t, w, n, i, 1, v0, 1, jb, je);
     }
-    for (int i = begin; i < end; i++)
-        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = out_t[(size_t)i * MAX_BATCH + t];
+    tokens_to_rows(out, out_stride, out_t, T, begin, end, transpose);
 }
 
 /* quantize() for group sizes that are a multiple of 8, 8 values at a time: the
@@ -2449,13 +2469,13 @@ static inline __attribute__((always_inline)) void q8_pairs_rows(float *out_t, co
     }
 }
 
-static inline __attribute__((always_inline)) void matmul_q8_tokens_body(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w,
-                                  int n, int group_size, int T, int begin, int end, int R, int V, PairFn pair) {
+static inline __attribute__((always_inline)) void
+matmul_q8_tokens_body(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
+                      int group_size, int T, int begin, int end, int R, int V, PairFn pair, TransposeFn transpose) {
     int i = begin;
     for (; i + R <= end; i += R) q8_pairs_rows(out_t, scratch, w, n, group_size, T, i, R, V, pair);
     for (; i < end; i++) q8_pairs_rows(out_t, scratch, w, n, group_size, T, i, 1, V, pair);
-    for (int i = begin; i < end; i++)
-        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = out_t[(size_t)i * MAX_BATCH + t];
+    tokens_to_rows(out, out_stride, out_t, T, begin, end, transpose);
 }
 
 /* softmax(): the maximum (a NaN x[0] stays; a later NaN never wins a >
@@ -2662,7 +2682,7 @@ static AVX2 void matvec_avx2(float *out, const float *x, const float *w, int n, 
 }
 static AVX2 void matmul_tokens_avx2(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
                              int begin, int end) {
-    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2);
+    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2, transpose8_avx2);
 }
 static AVX2 void quantize_avx2(int8_t *q, float *scale, const float *x, int n, int group_size) {
     quantize_body(q, scale, x, n, group_size);
@@ -2673,7 +2693,8 @@ static AVX2 void matvec_q8_avx2(float *out, const int8_t *xq, const float *xs, c
 }
 static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
                                 int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 6, 2, pair_avx2);
+    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 6, 2, pair_avx2,
+                          transpose8_avx2);
 }
 static AVX2 void softmax_avx2(float *x, int n) { softmax_body(x, n, expf4_avx2); }
 static AVX2 void swiglu_avx2(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_avx2); }
@@ -2692,7 +2713,7 @@ static void matvec_sse(float *out, const float *x, const float *w, int n, int be
 }
 static void matmul_tokens_sse(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
                        int begin, int end) {
-    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 4, 1);
+    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 4, 1, transpose8);
 }
 static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
                    int end) {
@@ -2700,7 +2721,7 @@ static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const M
 }
 static void matmul_q8_tokens_sse(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
                           int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 1, pair_sse);
+    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 1, pair_sse, transpose8);
 }
 static void softmax_sse(float *x, int n) { softmax_body(x, n, expf4_libm); }
 static void swiglu_sse(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_libm); }
@@ -2713,7 +2734,7 @@ static void matvec_neon(float *out, const float *x, const float *w, int n, int b
 }
 static void matmul_tokens_neon(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
                         int begin, int end) {
-    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2);
+    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2, transpose8);
 }
 static void quantize_neon(int8_t *q, float *scale, const float *x, int n, int group_size) {
     quantize_body(q, scale, x, n, group_size);
@@ -2724,7 +2745,7 @@ static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const 
 }
 static void matmul_q8_tokens_neon(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
                            int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 2, pair_neon);
+    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 2, pair_neon, transpose8);
 }
 static void softmax_neon(float *x, int n) { softmax_body(x, n, expf4_libm); }
 static void swiglu_neon(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_libm); }
