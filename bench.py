@@ -10,9 +10,33 @@ tokens (decode tok/s); with all cores, three times, keeping the best figures.
 Peak RSS is the largest of those runs. Figures are ./run's own (its stderr
 line), so model loading is not counted.
 
-usage: python3 bench.py [--quick] [--long]
-  --quick  only the two small shapes
-  --long   also decode speed near position 2000 of the 1.1B shape (int8)
+Then a second table puts ./run beside llama2.c (karpathy/llama2.c's run.c for
+fp32 and runq.c for int8, built with gcc -Ofast -march=haswell -fopenmp) on the
+stories15M and stories110M shapes, 2 threads each (-j 2, OMP_NUM_THREADS=2),
+./run with RUN_KERNELS=avx2 (or --kernels). llama2.c's source is not part of
+this repository: set LLAMA2C to a folder holding its run.c and runq.c; without
+it, the llama2.c columns are skipped (and say so). Both programs get the same
+files (llama2.c's run.c reads the legacy fp32 file, runq.c export.py's version 2
+int8 file: group size 64, or 32 for stories15M, whose dim 288 64 does not
+divide), the same prompts and -n, -t 0; best of three runs each:
+  prefill: the 200-word prompt ("hello world" x 100: BOS + 200 tokens), -n 201.
+    ./run: its "prompt: N tokens, X tok/s" figure (all 201 tokens, batched).
+    llama2.c: its "achieved tok/s", which counts the forward passes after the
+    first (positions 1..200, here all prompt tokens, one at a time) over the
+    time from the end of the first to the end of the run.
+  decode: the prompt "Once" (BOS + 1 token), -n 256 (15M) or 128 (110M).
+    llama2.c: "achieved tok/s" again: positions 1..n-1, each a forward pass
+    and a sampled token.
+    ./run: its "generated: G tokens, Y tok/s" figure, put on the same footing:
+    (G - 1) forward passes over the time G / Y (the first token comes from the
+    prompt's pass, which that time leaves out).
+
+usage: python3 bench.py [--quick] [--long] [--kernels SET] [--compare-only]
+  --quick         only the two small shapes
+  --long          also decode speed near position 2000 of the 1.1B shape (int8)
+  --kernels SET   run every ./run row with RUN_KERNELS=SET (plain, sse, avx2,
+                  avx512, vnni; neon on ARM64); the comparison's default is avx2
+  --compare-only  only the table beside llama2.c
 """
 import os
 import re
@@ -59,23 +83,122 @@ def models(name, args):
     return fp32, int8
 
 
-def run(model, threads, prompt, steps):
-    """Runs ./run; returns (prompt tok/s, decode tok/s, peak RSS in MB)."""
+def run(model, threads, prompt, steps, kernels=None, fatal=True):
+    """Runs ./run (with RUN_KERNELS=kernels if given); returns (prompt tok/s,
+    decode tok/s, peak RSS in MB, generated tokens), or, when it fails and not
+    fatal, its error message."""
     cmd = [RUN, model, "-z", TOKENIZER, "-t", "0", "-j", str(threads), "-n", str(steps), "-i", prompt]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     err = p.stderr.read().decode()
     _, status, usage = os.wait4(p.pid, 0)
     if status != 0:
+        if not fatal:
+            return err.strip()
         sys.exit(f"bench: {' '.join(cmd[:2])} failed: {err.strip()}")
     m = re.search(r"prompt: (\d+) tokens, ([\d.]+) tok/s; generated: (\d+) tokens, ([\d.]+) tok/s", err)
-    return float(m.group(2)), float(m.group(4)), usage.ru_maxrss / 1024
+    return float(m.group(2)), float(m.group(4)), usage.ru_maxrss / 1024, int(m.group(3))
+
+
+def build_llama2c():
+    """llama2.c's run.c and runq.c from $LLAMA2C, built into the cache folder;
+    returns {"fp32": binary, "int8": binary}, or the reason they are not there."""
+    folder = os.environ.get("LLAMA2C")
+    if not folder:
+        return "LLAMA2C is not set (LLAMA2C=/path/to/llama2.c, a folder holding its run.c and runq.c)"
+    binaries = {}
+    for kind, source in (("fp32", "run.c"), ("int8", "runq.c")):
+        src = os.path.join(folder, source)
+        if not os.path.exists(src):
+            return f"{src} not found (LLAMA2C={folder})"
+        out = os.path.join(CACHE, "llama2c_" + source[:-2])
+        os.makedirs(CACHE, exist_ok=True)
+        p = subprocess.run(["gcc", "-Ofast", "-march=haswell", "-fopenmp", "-o", out, src, "-lm"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            return f"gcc -Ofast -march=haswell -fopenmp {src} failed: {p.stderr.strip()[-500:]}"
+        binaries[kind] = out
+    return binaries
+
+
+def run_llama2c(binary, model, prompt, steps):
+    """Runs llama2.c on 2 threads; returns its "achieved tok/s"."""
+    cmd = [binary, model, "-z", TOKENIZER, "-t", "0", "-n", str(steps), "-i", prompt]
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="2"))
+    m = re.search(r"achieved tok/s: ([\d.]+)", p.stderr)
+    if p.returncode != 0 or not m:
+        sys.exit(f"bench: {' '.join(cmd[:2])} failed: {p.stderr.strip()}")
+    return float(m.group(1))
+
+
+def compare(prompt, kernels):
+    """./run (RUN_KERNELS=kernels, 2 threads) beside llama2.c (2 threads), best of 3."""
+    llama2c = build_llama2c()
+    if isinstance(llama2c, str):
+        print(f"bench: llama2.c rows skipped: {llama2c}", file=sys.stderr)
+    rows, failure = [], None
+    for name, args, steps in SHAPES[:2]:
+        fp32, int8 = models(name, args)
+        for kind, model in (("fp32", fp32), ("int8", int8)):
+            ours_decode = ours_prefill = theirs_decode = theirs_prefill = None
+            # the two programs' runs alternate, so that both see the same load
+            for _ in range(3):
+                if failure is None:
+                    prefill_run = run(model, 2, prompt, 201, kernels, fatal=False)
+                    decode_run = run(model, 2, "Once", steps, kernels, fatal=False)
+                    if isinstance(prefill_run, str) or isinstance(decode_run, str):
+                        failure = prefill_run if isinstance(prefill_run, str) else decode_run
+                        ours_decode = ours_prefill = None
+                    else:
+                        # decode: forward passes per second, as llama2.c counts them
+                        generated, rate = decode_run[3], decode_run[1]
+                        if generated != steps - 1:
+                            print(f"bench: note: ./run stopped {name} {kind} after {generated} of {steps - 1} tokens"
+                                  " (EOS or BOS), so its decode figure covers fewer positions", file=sys.stderr)
+                        decode = (generated - 1) * rate / generated if generated > 1 else 0.0
+                        ours_prefill = max(ours_prefill or 0, prefill_run[0])
+                        ours_decode = max(ours_decode or 0, decode)
+                if not isinstance(llama2c, str):
+                    binary = llama2c[kind]
+                    theirs_prefill = max(theirs_prefill or 0, run_llama2c(binary, model, prompt, 201))
+                    theirs_decode = max(theirs_decode or 0, run_llama2c(binary, model, "Once", steps))
+            rows.append((name, kind, ours_decode, ours_prefill, theirs_decode, theirs_prefill))
+            print(f"  {name} {kind} beside llama2.c: done", file=sys.stderr)
+    if failure:
+        print(f"bench: ./run with RUN_KERNELS={kernels} failed ({failure}): its columns are empty", file=sys.stderr)
+
+    def cell(x, width, digits=1):
+        return f"{x:>{width}.{digits}f}" if x else f"{'-':>{width}}"
+
+    print()
+    print(f"./run (RUN_KERNELS={kernels}, -j 2) beside llama2.c (gcc -Ofast -march=haswell -fopenmp, "
+          f"OMP_NUM_THREADS=2); tok/s, best of 3; prefill: 200-token prompt")
+    print(f"{'shape':<12} {'weights':<7} {'ours decode':>11} {'ours prefill':>12} {'llama2.c decode':>15}"
+          f" {'llama2.c prefill':>16} {'decode ratio':>12} {'prefill ratio':>13}")
+    for name, kind, od, op, td, tp in rows:
+        print(f"{name:<12} {kind:<7} {cell(od, 11)} {cell(op, 12)} {cell(td, 15)} {cell(tp, 16)}"
+              f" {cell(od and td and od / td, 12, 2)} {cell(op and tp and op / tp, 13, 2)}")
+    if isinstance(llama2c, str):
+        print(f"(llama2.c columns skipped: {llama2c})")
 
 
 def main():
-    quick, long = "--quick" in sys.argv, "--long" in sys.argv
+    quick, long, compare_only = "--quick" in sys.argv, "--long" in sys.argv, "--compare-only" in sys.argv
+    kernels = None
+    if "--kernels" in sys.argv:
+        i = sys.argv.index("--kernels")
+        if i + 1 >= len(sys.argv):
+            sys.exit("bench: --kernels needs a kernel set (plain, sse, avx2, avx512, vnni, neon)")
+        kernels = sys.argv[i + 1]
     if not os.path.exists(os.path.join(SHARED, "tools", "gen_model.c")):
         sys.exit(f"bench: {SHARED}/tools/gen_model.c not found")
     prompt = " ".join(["hello world"] * 100)  # 201 tokens with BOS
+    if compare_only:
+        compare(prompt, kernels or "avx2")
+        return
+    if kernels:
+        print(f"./run with RUN_KERNELS={kernels}")
     cores = os.cpu_count() or 1
     rows = []
     for name, args, steps in SHAPES[:2] if quick else SHAPES:
@@ -86,8 +209,8 @@ def main():
                 # other tenants' load moves single runs by 10-20%
                 prefill = decode = rss = 0
                 for _ in range(3 if threads == cores else 1):
-                    prefill_run, _, rss1 = run(model, threads, prompt, 201)
-                    _, decode_run, rss2 = run(model, threads, "Once", steps)
+                    prefill_run, _, rss1, _ = run(model, threads, prompt, 201, kernels)
+                    _, decode_run, rss2, _ = run(model, threads, "Once", steps, kernels)
                     prefill, decode, rss = max(prefill, prefill_run), max(decode, decode_run), max(rss, rss1, rss2)
                 size = os.path.getsize(model) / 2**20
                 dim, _, layers, heads, kv_heads = (int(a) for a in args.split()[:5])
@@ -107,10 +230,11 @@ def main():
         # changes between runs by more than the difference measured here
         at_100 = at_2000 = 0
         for _ in range(3):
-            at_100 = max(at_100, run(int8, cores, " ".join(["hello world"] * 50), 150)[1])
-            at_2000 = max(at_2000, run(int8, cores, near, 2000)[1])
+            at_100 = max(at_100, run(int8, cores, " ".join(["hello world"] * 50), 150, kernels)[1])
+            at_2000 = max(at_2000, run(int8, cores, near, 2000, kernels)[1])
         print(f"TinyLlama-1.1B int8, {cores} threads: decode {at_100:.1f} tok/s after a 100-token prompt, "
               f"{at_2000:.1f} tok/s at positions 1950-2000 ({100 * (at_2000 / at_100 - 1):+.0f}%), best of 3 runs each")
+    compare(prompt, kernels or "avx2")
 
 
 main()

@@ -1084,7 +1084,7 @@ static void test_flags(const char *model, const char *tokenizer) {
        for its value (-h prints the usage) */
     run_args(&r, NULL, "-h", NULL);
     static RunResult probe;
-    char missing[160] = "", extra[160] = "";
+    char missing[256] = "", extra[256] = ""; /* room for all 62 */
     int known_flags = 0;
     for (const char *c = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"; *c; c++) {
         char flag[3] = {'-', *c, '\0'}, line[8];
@@ -1110,16 +1110,25 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
     run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-i", long_prompt, NULL);
     check(r.status == 0 && strstr(r.err, "keeping the first 32"), "long prompt: %d %s", r.status, r.err);
     /* -n beyond the context runs the context's 32 positions: the prompt's, then
-       one per generated token but the last (sampled, printed, not run), as -n 32 */
+       one per generated token but the last (sampled, printed, not run), as -n 32.
+       On a model that never stops: its classifier rows for BOS and EOS are zero
+       (logit 0) and row 4 is minus row 3, so one of those logits is above 0. */
+    TinyModel endless = tiny_model(0, 32);
+    memset(endless.cls + 1 * endless.dim, 0, 2 * endless.dim * sizeof(float));
+    for (int i = 0; i < endless.dim; i++) endless.cls[4 * endless.dim + i] = -endless.cls[3 * endless.dim + i];
+    Buffer endless_v0 = write_v0(&endless);
+    char *endless_path = write_temp(endless_v0.data, endless_v0.n);
     static RunResult at_context;
-    run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", NULL);
-    run_args(&at_context, NULL, model, "-z", tokenizer, "-t", "0", "-n", "32", "-i", "1", NULL);
+    run_args(&r, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", NULL);
+    run_args(&at_context, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "32", "-i", "1", NULL);
     int n_prompt = 0, n_generated = 0;
     const char *speed = strstr(r.err, "prompt: ");
     int parsed = speed && sscanf(speed, "prompt: %d tokens, %*f tok/s; generated: %d tokens", &n_prompt, &n_generated) == 2;
     check(r.status == 0 && parsed && n_prompt + n_generated - 1 == 32 && strcmp(r.out, at_context.out) == 0,
           "-n 1000 on a 32-position context runs 32 positions, as -n 32: %d, %d prompt + %d generated tokens, %s",
           r.status, n_prompt, n_generated, r.err);
+    unlink(endless_path), free(endless_path), free(endless_v0.data);
+    free_tiny(&endless);
     run_args(&r, NULL, model, "-z", tokenizer, "-m", "chat", "-i", "1", NULL);
     check(r.status == 0 && strstr(r.out, "Assistant:"), "chat with stdin closed ends cleanly: %d %s", r.status, r.err);
     run_args(&r, "2\n3\n4\n5\n", model, "-z", tokenizer, "-m", "chat", "-y", "1", NULL);
