@@ -1079,6 +1079,23 @@ static void test_flags(const char *model, const char *tokenizer) {
     check(r.status == 1 && strstr(r.err, "-n needs a value"), "flag without a value: %s", r.err);
     run_args(&r, NULL, NULL);
     check(r.status == 1 && strstr(r.err, "no checkpoint"), "no arguments: %s", r.err);
+    /* RUN_KERNELS picks a set by name; a name this CPU lacks is one error line
+       that lists the sets it has */
+    static RunResult chosen, want;
+    run_args(&want, NULL, model, "-z", tokenizer, "-t", "0", "-n", "12", "-i", "1 2", NULL);
+    for (int i = 0; i < N_KERNEL_SETS; i++) {
+        if (!kernel_sets[i]->cpu_has()) continue;
+        setenv("RUN_KERNELS", kernel_sets[i]->name, 1);
+        run_args(&chosen, NULL, model, "-z", tokenizer, "-t", "0", "-n", "12", "-i", "1 2", NULL);
+        check(chosen.status == 0 && strcmp(chosen.out, want.out) == 0, "RUN_KERNELS=%s: exit %d, text %s (want %s)",
+              kernel_sets[i]->name, chosen.status, chosen.out, want.out);
+    }
+    setenv("RUN_KERNELS", "avx1024", 1);
+    run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-n", "12", "-i", "1 2", NULL);
+    unsetenv("RUN_KERNELS");
+    check(r.status == 1 && single_line(r.err) && strstr(r.err, "RUN_KERNELS=avx1024") && strstr(r.err, "plain"),
+          "RUN_KERNELS=avx1024: want exit 1 and one line naming it and the sets the CPU has, got %d: %s", r.status,
+          r.err);
     /* -h documents (a line "  -x ...") exactly the flags the parser takes: each
        letter is offered as a last argument, and a flag the parser knows asks
        for its value (-h prints the usage) */
