@@ -1285,7 +1285,7 @@ static AVX512 void transpose(float *dst, size_t dst_stride, const float *src, si
     }
 }
 
-/* matvec_plain, 16 rows at a time: blocks of 16x16 weights are transposed so
+/* matvec(), 16 rows at a time: blocks of 16x16 weights are transposed so
    that lane r accumulates row r's products in column order. */
 static AVX512 void matvec_avx512(float *out, const float *x, const float *w, int n, int begin, int end) {
     size_t stride = n;
@@ -2063,7 +2063,8 @@ static inline __attribute__((target("avx2"))) void transpose8_avx2(f32x8 col[8],
 
 /* transpose8 of a block of rows x cols (<= 8 each), zeros elsewhere: for the
    tails of rows and columns, without reading past them. */
-static inline __attribute__((always_inline)) void transpose8_partial(f32x8 col[8], const float *src, size_t stride, int rows, int cols, TransposeFn transpose) {
+static inline __attribute__((always_inline)) void
+transpose8_partial(f32x8 col[8], const float *src, size_t stride, int rows, int cols, TransposeFn transpose) {
     float buf[8][8] = {{0}};
     for (int k = 0; k < rows; k++) memcpy(buf[k], src + k * stride, cols * sizeof(float));
     transpose(col, buf[0], 8);
@@ -2163,8 +2164,10 @@ static i32x4 dot_sse(const int8_t *w, const int8_t *x, int len) {
     __m128i acc = _mm_setzero_si128();
     for (int k = 0; k < len; k += 16) {
         __m128i wv = _mm_loadu_si128((const __m128i *)(w + k)), xv = _mm_loadu_si128((const __m128i *)(x + k));
-        __m128i w_lo = _mm_srai_epi16(_mm_unpacklo_epi8(wv, wv), 8), w_hi = _mm_srai_epi16(_mm_unpackhi_epi8(wv, wv), 8);
-        __m128i x_lo = _mm_srai_epi16(_mm_unpacklo_epi8(xv, xv), 8), x_hi = _mm_srai_epi16(_mm_unpackhi_epi8(xv, xv), 8);
+        __m128i w_lo = _mm_srai_epi16(_mm_unpacklo_epi8(wv, wv), 8),
+                w_hi = _mm_srai_epi16(_mm_unpackhi_epi8(wv, wv), 8);
+        __m128i x_lo = _mm_srai_epi16(_mm_unpacklo_epi8(xv, xv), 8),
+                x_hi = _mm_srai_epi16(_mm_unpackhi_epi8(xv, xv), 8);
         acc = _mm_add_epi32(acc, _mm_add_epi32(_mm_madd_epi16(w_lo, x_lo), _mm_madd_epi16(w_hi, x_hi)));
     }
     return (i32x4)acc;
@@ -2208,12 +2211,13 @@ static void pair_neon(i32x8 *acc, const int16_t *x, int32_t w_pair) {
 /* ------------------------------------------------------------------------- */
 /* 3. Generic bodies                                                           */
 
-/* matvec_plain for B blocks of 8 rows from row i (B = 1 or 2 independent
+/* matvec() for B blocks of 8 rows from row i (B = 1 or 2 independent
    chains of adds): each 8x8 block of weights is transposed so that lane r adds
    row r's products in column order. (Two named blocks rather than an array
    indexed by b: GCC then keeps everything in registers.) */
-static inline __attribute__((always_inline)) void matvec_rows(float *out, const float *x, const float *w, int n, size_t stride, int i, int B, size_t ahead,
-                        TransposeFn transpose) {
+static inline __attribute__((always_inline)) void
+matvec_rows(float *out, const float *x, const float *w, int n, size_t stride, int i, int B, size_t ahead,
+            TransposeFn transpose) {
     const float *block0 = w + i * stride, *block1 = block0 + 8 * stride;
     f32x8 acc0 = {0}, acc1 = {0}, col0[8], col1[8];
     int j = 0;
@@ -2239,10 +2243,11 @@ static inline __attribute__((always_inline)) void matvec_rows(float *out, const 
     if (B == 2) memcpy(out + i + 8, &acc1, sizeof acc1);
 }
 
-/* matvec_plain: 8 * B rows at a time (B = 2 where registers allow), then 8,
+/* matvec(): 8 * B rows at a time (B = 2 where registers allow), then 8,
    then the plain loop. */
-static inline __attribute__((always_inline)) void matvec_body(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end, int B,
-                        TransposeFn transpose) {
+static inline __attribute__((always_inline)) void
+matvec_body(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end, int B,
+            TransposeFn transpose) {
     size_t ahead = prefetch_ahead(stride * sizeof(float), 8 * B);
     int i = begin;
     for (; i + 8 * B <= end; i += 8 * B) matvec_rows(out, x, w, n, stride, i, B, ahead, transpose);
@@ -2262,13 +2267,15 @@ static int token_width(int T) { return (T + 7) / 8 * 8; }
 /* R rows by V vectors of 8 tokens of out_t[row][t] = W[row] . x[t], for the
    columns [jb, je): added to what out_t holds unless jb == 0. One weight,
    broadcast, meets V vectors of tokens: R * V independent sums in registers. */
-static inline __attribute__((always_inline)) void tokens_block8(float *out_t, const float *x_t, const float *w, int n, int row, int R, int v0, int V, int jb,
-                         int je) {
+static inline __attribute__((always_inline)) void
+tokens_block8(float *out_t, const float *x_t, const float *w, int n, int row, int R, int v0, int V, int jb, int je) {
     f32x8 acc[6][2];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++) {
-            if (jb == 0) acc[r][v] = (f32x8){0};
-            else memcpy(&acc[r][v], out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), sizeof(f32x8));
+            if (jb == 0)
+                acc[r][v] = (f32x8){0};
+            else
+                memcpy(&acc[r][v], out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), sizeof(f32x8));
         }
     for (int j = jb; j < je; j++) {
         f32x8 xv[2];
@@ -2279,7 +2286,8 @@ static inline __attribute__((always_inline)) void tokens_block8(float *out_t, co
         }
     }
     for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++) memcpy(out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), &acc[r][v], sizeof(f32x8));
+        for (int v = 0; v < V; v++)
+            memcpy(out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), &acc[r][v], sizeof(f32x8));
 }
 
 /* out[t * out_stride + i] = out_t[i * MAX_BATCH + t] for rows [begin, end)
@@ -2328,12 +2336,14 @@ matmul_tokens_body(float *out, size_t out_stride, float *out_t, const float *x_t
    same maximum (NaN never wins a > comparison), the same division and the same
    rounding. Truncation goes through int32, exact for |v| <= 256; larger values
    and NaN give 0 in quantize(), so they are set to 0 first. */
-static inline __attribute__((always_inline)) void quantize_body(int8_t *q, float *scale, const float *x, int n, int group_size) {
+static inline __attribute__((always_inline)) void
+quantize_body(int8_t *q, float *scale, const float *x, int n, int group_size) {
     if (group_size % 8) {
         quantize(q, scale, x, n, group_size);
         return;
     }
-    const i32x8 abs_mask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
+    const i32x8 abs_mask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
+                            0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
     const f32x8 one = {1, 1, 1, 1, 1, 1, 1, 1};
     for (int g = 0; g < n / group_size; g++) {
         const float *group = x + g * group_size;
@@ -2370,11 +2380,12 @@ static inline __attribute__((always_inline)) void quantize_body(int8_t *q, float
     }
 }
 
-/* matvec_q8_plain, 8 rows at a time (one per lane) for group sizes that are a
+/* matvec_q8(), 8 rows at a time (one per lane) for group sizes that are a
    multiple of 16: each row's integer dot product per group is exact in any
    order; the float sum over groups runs in the plain order. */
-static inline __attribute__((always_inline)) void matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                           int begin, int end, DotFn dot) {
+static inline __attribute__((always_inline)) void
+matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
+               int end, DotFn dot) {
     int i = begin, groups = n / group_size;
     size_t ahead = prefetch_ahead(n, 8);
     if (group_size % 16 == 0)
@@ -2416,8 +2427,9 @@ static const float *q8_token_scales(const void *scratch, int n, int width) {
 /* The integer part of R rows by V vectors of 8 tokens: acc += the dot products
    of the converted weights w16[r][0..len) with the tokens' values from pair
    p0 on. The weight pair is broadcast; one pmaddwd does 8 tokens x 2 values. */
-static inline __attribute__((always_inline)) void q8_pairs_block(i32x8 acc_mem[6][MAX_BATCH / 8], int16_t w16[6][Q8_PIECE], const int16_t *x2,
-                            int pairs, int p0, int len, int R, int v0, int V, PairFn pair) {
+static inline __attribute__((always_inline)) void
+q8_pairs_block(i32x8 acc_mem[6][MAX_BATCH / 8], int16_t w16[6][Q8_PIECE], const int16_t *x2, int pairs, int p0, int len,
+               int R, int v0, int V, PairFn pair) {
     i32x8 acc[6][2];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++) acc[r][v] = acc_mem[r][v0 + v];
@@ -2435,8 +2447,9 @@ static inline __attribute__((always_inline)) void q8_pairs_block(i32x8 acc_mem[6
 /* R rows (a constant) of out_t[row][t] = W[row] . x[t] for int8 weights: per
    group, the exact integer sums for all tokens, then val += ival * w_scale *
    x_scale as in the plain kernel, one token per lane. */
-static inline __attribute__((always_inline)) void q8_pairs_rows(float *out_t, const void *scratch, const Matrix *w, int n, int group_size, int T, int row,
-                           int R, int V, PairFn pair) {
+static inline __attribute__((always_inline)) void
+q8_pairs_rows(float *out_t, const void *scratch, const Matrix *w, int n, int group_size, int T, int row, int R, int V,
+              PairFn pair) {
     int width = token_width(T), vectors = width / 8, groups = n / group_size;
     const int16_t *x2 = scratch;
     const float *xs_t = q8_token_scales(scratch, n, width);
@@ -2532,11 +2545,12 @@ static inline __attribute__((always_inline)) void swiglu_body(float *hb, const f
 
 /* Attention scores of Q queries that share one KV head for the keys
    t0 .. t0 + 8 * B - 1: att[h * att_stride + t] = q[h] . key_t, each a
-   sequential sum over the head's dimensions as in matvec_plain. Blocks of 8
+   sequential sum over the head's dimensions as in attention_head(). Blocks of 8
    keys are transposed (key t in lane t) once for all Q queries; B * Q chains
    of adds run side by side. */
-static inline __attribute__((always_inline)) void scores_keys(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int t0,
-                        int head_size, size_t kv_dim, int B, TransposeFn transpose) {
+static inline __attribute__((always_inline)) void
+scores_keys(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int t0, int head_size,
+            size_t kv_dim, int B, TransposeFn transpose) {
     const float *block0 = keys + t0 * kv_dim, *block1 = block0 + 8 * kv_dim;
     f32x8 acc0[4], acc1[4], col0[8], col1[8];
     for (int h = 0; h < Q; h++) acc0[h] = acc1[h] = (f32x8){0};
@@ -2563,8 +2577,9 @@ static inline __attribute__((always_inline)) void scores_keys(float *att, size_t
 
 /* The scores for keys 0 .. n_keys - 1: 16 keys at a time when Q is small
    (enough chains), else 8; the last few keys by the plain loop. */
-static inline __attribute__((always_inline)) void scores_body(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys,
-                        int head_size, size_t kv_dim, TransposeFn transpose) {
+static inline __attribute__((always_inline)) void
+scores_body(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
+            size_t kv_dim, TransposeFn transpose) {
     int t = 0;
     if (Q <= 2)
         for (; t + 16 <= n_keys; t += 16) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 2, transpose);
@@ -2580,8 +2595,8 @@ static inline __attribute__((always_inline)) void scores_body(float *att, size_t
 /* out[i] = sum over t < n_keys of a[t] * value_t[i] for the dimensions
    i0 .. i0 + 8 * V - 1, t in order from 0.0f: lanes are dimensions, so no
    transposing; V chains of adds side by side. */
-static inline __attribute__((always_inline)) void weighted_values_dims(float *out, const float *a, int n_keys, const float *values, size_t kv_dim, int i0,
-                                 int V) {
+static inline __attribute__((always_inline)) void
+weighted_values_dims(float *out, const float *a, int n_keys, const float *values, size_t kv_dim, int i0, int V) {
     f32x8 acc[4] = {{0}, {0}, {0}, {0}};
     for (int t = 0; t < n_keys; t++)
         for (int v = 0; v < V; v++) {
@@ -2593,8 +2608,8 @@ static inline __attribute__((always_inline)) void weighted_values_dims(float *ou
 }
 
 /* All head_size dimensions: 32 at a time, then 8, then one by one. */
-static inline __attribute__((always_inline)) void weighted_values_body(float *out, const float *a, int n_keys, const float *values, size_t kv_dim,
-                                 int head_size) {
+static inline __attribute__((always_inline)) void
+weighted_values_body(float *out, const float *a, int n_keys, const float *values, size_t kv_dim, int head_size) {
     int i = 0;
     for (; i + 32 <= head_size; i += 32) weighted_values_dims(out, a, n_keys, values, kv_dim, i, 4);
     for (; i + 8 <= head_size; i += 8) weighted_values_dims(out, a, n_keys, values, kv_dim, i, 1);
@@ -2609,9 +2624,10 @@ static inline __attribute__((always_inline)) void weighted_values_body(float *ou
    tokens (positions pos, pos + 1, ...) that share one KV head: queries in
    groups of up to 4, whose scores share the transposed keys (a group of 3 is
    padded with a copy of its last query into att's 4th row). */
-static inline __attribute__((always_inline)) void attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                                 const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
-                                 int n_heads, ExpFn exp4, TransposeFn transpose) {
+static inline __attribute__((always_inline)) void
+attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys, const float *values,
+                     float *att, size_t att_stride, int head_size, int kv_dim, int n_heads, ExpFn exp4,
+                     TransposeFn transpose) {
     int n_q = n_tokens * n_heads;
     for (int first = 0; first < n_q; first += 4) {
         int count = n_q - first < 4 ? n_q - first : 4, last[4];
@@ -2625,8 +2641,12 @@ static inline __attribute__((always_inline)) void attention_block_body(float *ou
         }
         int n_keys = last[count - 1] + 1;
         switch (count) {
-        case 1: scores_body(att, att_stride, query, 1, keys, n_keys, head_size, kv_dim, transpose); break;
-        case 2: scores_body(att, att_stride, query, 2, keys, n_keys, head_size, kv_dim, transpose); break;
+        case 1:
+            scores_body(att, att_stride, query, 1, keys, n_keys, head_size, kv_dim, transpose);
+            break;
+        case 2:
+            scores_body(att, att_stride, query, 2, keys, n_keys, head_size, kv_dim, transpose);
+            break;
         default:
             query[3] = query[count - 1];
             scores_body(att, att_stride, query, 4, keys, n_keys, head_size, kv_dim, transpose);
@@ -2667,7 +2687,8 @@ static void prepare_q8_pairs(void *scratch, const int8_t *xq, const float *xs, i
     int16_t *x2 = scratch;
     float *xs_t = (float *)((char *)scratch + (size_t)n * width * sizeof(int16_t));
     for (int t = 0; t < width; t++)
-        for (int j = 0; j < n; j++) x2[(((size_t)(t / 8) * n / 2 + j / 2) * 8 + t % 8) * 2 + j % 2] = t < T ? xq[(size_t)t * n + j] : 0;
+        for (int j = 0; j < n; j++)
+            x2[(((size_t)(t / 8) * n / 2 + j / 2) * 8 + t % 8) * 2 + j % 2] = t < T ? xq[(size_t)t * n + j] : 0;
     for (int g = 0; g < groups; g++)
         for (int t = 0; t < width; t++) xs_t[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
 }
@@ -2680,27 +2701,27 @@ static void prepare_q8_pairs(void *scratch, const int8_t *xq, const float *xs, i
 static AVX2 void matvec_avx2(float *out, const float *x, const float *w, int n, int begin, int end) {
     matvec_body(out, x, w, n, n, begin, end, 2, transpose8_avx2);
 }
-static AVX2 void matmul_tokens_avx2(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
-                             int begin, int end) {
+static AVX2 void matmul_tokens_avx2(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
+                                    int n, int T, int begin, int end) {
     matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2, transpose8_avx2);
 }
 static AVX2 void quantize_avx2(int8_t *q, float *scale, const float *x, int n, int group_size) {
     quantize_body(q, scale, x, n, group_size);
 }
 static AVX2 void matvec_q8_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                         int begin, int end) {
+                                int begin, int end) {
     matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_avx2);
 }
-static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
-                                int group_size, int T, int begin, int end) {
+static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                       const Matrix *w, int n, int group_size, int T, int begin, int end) {
     matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 6, 2, pair_avx2,
                           transpose8_avx2);
 }
 static AVX2 void softmax_avx2(float *x, int n) { softmax_body(x, n, expf4_avx2); }
 static AVX2 void swiglu_avx2(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_avx2); }
-static AVX2 void attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                               const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
-                               int n_heads) {
+static AVX2 void
+attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys, const float *values,
+                     float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
     attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
                          expf4_avx2, transpose8_avx2);
 }
@@ -2711,16 +2732,16 @@ static AVX2 void attention_block_avx2(float *out, const float *q, int n_tokens, 
 static void matvec_sse(float *out, const float *x, const float *w, int n, int begin, int end) {
     matvec_body(out, x, w, n, n, begin, end, 1, transpose8);
 }
-static void matmul_tokens_sse(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
-                       int begin, int end) {
+static void matmul_tokens_sse(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n,
+                              int T, int begin, int end) {
     matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 4, 1, transpose8);
 }
-static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
-                   int end) {
+static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                          int begin, int end) {
     matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_sse);
 }
-static void matmul_q8_tokens_sse(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
-                          int group_size, int T, int begin, int end) {
+static void matmul_q8_tokens_sse(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w,
+                                 int n, int group_size, int T, int begin, int end) {
     matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 1, pair_sse, transpose8);
 }
 static void softmax_sse(float *x, int n) { softmax_body(x, n, expf4_libm); }
@@ -2732,25 +2753,27 @@ static void swiglu_sse(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2
 static void matvec_neon(float *out, const float *x, const float *w, int n, int begin, int end) {
     matvec_body(out, x, w, n, n, begin, end, 2, transpose8);
 }
-static void matmul_tokens_neon(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
-                        int begin, int end) {
+static void matmul_tokens_neon(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n,
+                               int T, int begin, int end) {
     matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2, transpose8);
 }
 static void quantize_neon(int8_t *q, float *scale, const float *x, int n, int group_size) {
     quantize_body(q, scale, x, n, group_size);
 }
-static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
-                    int end) {
+static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                           int begin, int end) {
     matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_neon);
 }
-static void matmul_q8_tokens_neon(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
-                           int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 2, pair_neon, transpose8);
+static void matmul_q8_tokens_neon(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w,
+                                  int n, int group_size, int T, int begin, int end) {
+    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 2, pair_neon,
+                          transpose8);
 }
 static void softmax_neon(float *x, int n) { softmax_body(x, n, expf4_libm); }
 static void swiglu_neon(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_libm); }
-static void attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                          const float *values, float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
+static void
+attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys, const float *values,
+                     float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
     attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
                          expf4_libm, transpose8);
 }
@@ -2763,28 +2786,52 @@ static int cpu_has_avx2(void) {
 }
 
 static const KernelSet sse_kernels = {
-    .name = "sse", .cpu_has = cpu_has_always, .matvec = matvec_sse, .quantize = quantize,
-    .matvec_q8 = matvec_q8_sse, .softmax = softmax_sse, .swiglu = swiglu_sse,
-    .attention_block = attention_block_plain, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_sse,
-    .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs,
+    .name = "sse",
+    .cpu_has = cpu_has_always,
+    .matvec = matvec_sse,
+    .quantize = quantize,
+    .matvec_q8 = matvec_q8_sse,
+    .softmax = softmax_sse,
+    .swiglu = swiglu_sse,
+    .attention_block = attention_block_plain,
+    .prepare_tokens = prepare_tokens8,
+    .matmul_tokens = matmul_tokens_sse,
+    .q8_tokens_supports = q8_pairs_supports,
+    .prepare_q8_tokens = prepare_q8_pairs,
     .matmul_q8_tokens = matmul_q8_tokens_sse,
 };
 
 static const KernelSet avx2_kernels = {
-    .name = "avx2", .cpu_has = cpu_has_avx2, .matvec = matvec_avx2, .quantize = quantize_avx2,
-    .matvec_q8 = matvec_q8_avx2, .softmax = softmax_avx2, .swiglu = swiglu_avx2,
-    .attention_block = attention_block_avx2, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_avx2,
-    .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs,
+    .name = "avx2",
+    .cpu_has = cpu_has_avx2,
+    .matvec = matvec_avx2,
+    .quantize = quantize_avx2,
+    .matvec_q8 = matvec_q8_avx2,
+    .softmax = softmax_avx2,
+    .swiglu = swiglu_avx2,
+    .attention_block = attention_block_avx2,
+    .prepare_tokens = prepare_tokens8,
+    .matmul_tokens = matmul_tokens_avx2,
+    .q8_tokens_supports = q8_pairs_supports,
+    .prepare_q8_tokens = prepare_q8_pairs,
     .matmul_q8_tokens = matmul_q8_tokens_avx2,
 };
 #endif
 
 #if defined(__aarch64__)
 static const KernelSet neon_kernels = {
-    .name = "neon", .cpu_has = cpu_has_always, .matvec = matvec_neon, .quantize = quantize_neon,
-    .matvec_q8 = matvec_q8_neon, .softmax = softmax_neon, .swiglu = swiglu_neon,
-    .attention_block = attention_block_neon, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_neon,
-    .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs,
+    .name = "neon",
+    .cpu_has = cpu_has_always,
+    .matvec = matvec_neon,
+    .quantize = quantize_neon,
+    .matvec_q8 = matvec_q8_neon,
+    .softmax = softmax_neon,
+    .swiglu = swiglu_neon,
+    .attention_block = attention_block_neon,
+    .prepare_tokens = prepare_tokens8,
+    .matmul_tokens = matmul_tokens_neon,
+    .q8_tokens_supports = q8_pairs_supports,
+    .prepare_q8_tokens = prepare_q8_pairs,
     .matmul_q8_tokens = matmul_q8_tokens_neon,
 };
 #endif
