@@ -1220,7 +1220,6 @@ static inline __attribute__((always_inline)) size_t prefetch_ahead(size_t row_by
     return rows * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? rows * row_bytes : PREFETCH_BYTES;
 }
 
-#if defined(__x86_64__)
 /* 2^(i/32) for i = 0..31, rounded to double: the table glibc's expf uses. */
 static const double exp2_fraction[32] = {
     0x1.0000000000000p+0, 0x1.059b0d3158574p+0, 0x1.0b5586cf9890fp+0, 0x1.11301d0125b51p+0,
@@ -1233,6 +1232,7 @@ static const double exp2_fraction[32] = {
     0x1.d5818dcfba487p+0, 0x1.dfc97337b9b5fp+0, 0x1.ea4afa2a490dap+0, 0x1.f50765b6e4540p+0,
 };
 
+#if defined(__x86_64__)
 /* ------------------------------------------------------------------------- */
 /* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
 
@@ -2083,54 +2083,72 @@ static inline __attribute__((always_inline)) i32x4 sum_lanes4(const i32x4 v[4]) 
 /* expf() of 4 floats. ExpFn is how the generic bodies receive the target's. */
 typedef f32x4 (*ExpFn)(f32x4);
 
-/* Portable: libm itself, lane by lane. Used where no vector exp is proven
-   bit-exact against the libm the program runs with (SSE2: glibc picks a
-   non-FMA expf there; NEON: not verified). */
-static f32x4 expf4_libm(f32x4 x) {
-    f32x4 y = {expf(x[0]), expf(x[1]), expf(x[2]), expf(x[3])};
-    return y;
-}
+/* a * b + c in one rounding, 4 doubles; Fma4Fn: how expf4_body gets it. */
+typedef void (*Fma4Fn)(f64x4 *out, const f64x4 *a, const f64x4 *b, const f64x4 *c);
 
-#if defined(__x86_64__)
-static inline __attribute__((always_inline)) __attribute__((target("avx2,fma"))) f64x4 fma4(f64x4 a, f64x4 b, f64x4 c) {
-    return (f64x4)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
-}
-
-/* glibc's expf on a CPU with AVX2 and FMA (its __expf_fma), 4 lanes, bit for
-   bit: in double precision, x * 32/ln2 = k + r with |r| <= 1/2, and
-   exp(x) = 2^(k/32) * 2^(r/32), the latter a cubic in r; the fused steps are
-   the ones glibc's FMA build fuses. Its main path covers [-103.28, 88.72],
-   below -103.97 it gives 0; the few lanes left (NaN, overflow, the edge of
-   underflow) go to expf() itself. */
-static __attribute__((target("avx2,fma"))) f32x4 expf4_avx2(f32x4 x) {
+/* glibc's expf, 4 lanes, bit for bit, as glibc builds it with fused
+   multiply-adds (x86-64 CPUs with FMA, and ARM64, where its compiler fuses the
+   same steps): in double precision, x * 32/ln2 = k + r with |r| <= 1/2, and
+   exp(x) = 2^(k/32) * 2^(r/32), the latter a cubic in r. Its main path covers
+   [-103.28, 88.72], below -103.97 it gives 0; the few lanes left (NaN,
+   overflow, the edge of underflow) go to expf() itself. */
+static inline __attribute__((always_inline)) f32x4 expf4_body(f32x4 x, Fma4Fn fma4) {
     const f64x4 inv_ln2_32 = {0x1.71547652b82fep+5, 0x1.71547652b82fep+5, 0x1.71547652b82fep+5, 0x1.71547652b82fep+5};
     const f64x4 round_shift = {0x1.8p+52, 0x1.8p+52, 0x1.8p+52, 0x1.8p+52}; /* adding it rounds to an integer */
     const f64x4 one = {1.0, 1.0, 1.0, 1.0};
-    f64x4 xd = __builtin_convertvector(x, f64x4);
-    f64x4 kd = fma4(inv_ln2_32, xd, round_shift); /* k in the low bits */
+    const f64x4 c0 = {0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20};
+    const f64x4 c1 = {0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13};
+    const f64x4 c2 = {0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6};
+    f64x4 xd = __builtin_convertvector(x, f64x4), kd, r, z, y;
+    fma4(&kd, &inv_ln2_32, &xd, &round_shift); /* k in the low bits */
     u64x4 k = (u64x4)kd;
-    kd -= round_shift;
-    f64x4 r = fma4(inv_ln2_32, xd, -kd);
+    f64x4 minus_k = round_shift - kd;
+    fma4(&r, &inv_ln2_32, &xd, &minus_k);
     /* 2^(k/32) = 2^((k mod 32)/32) from the table, times 2^floor(k/32) added to its exponent */
     f64x4 fraction = {exp2_fraction[k[0] & 31], exp2_fraction[k[1] & 31], exp2_fraction[k[2] & 31],
                       exp2_fraction[k[3] & 31]};
     f64x4 scale = (f64x4)((u64x4)fraction + ((k & ~(uint64_t)31) << 47));
-    f64x4 c0 = {0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20};
-    f64x4 c1 = {0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13};
-    f64x4 c2 = {0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6};
-    f64x4 z = fma4(r, c0, c1);
+    fma4(&z, &r, &c0, &c1);
     f64x4 r2 = r * r;
-    f64x4 y = fma4(r, c2, one);
-    y = fma4(z, r2, y);
+    fma4(&y, &r, &c2, &one);
+    fma4(&y, &z, &r2, &y);
     f32x4 result = __builtin_convertvector(y * scale, f32x4);
     i32x4 main_path = (x >= -0x1.9d1d9ep+6f) & (x <= 0x1.62e42ep+6f);
     i32x4 zero = x < -0x1.9fe368p+6f;
     result = (f32x4)((i32x4)result & main_path);
     i32x4 rest = ~(main_path | zero);
-    for (int k = 0; k < 4; k++)
-        if (rest[k]) result[k] = expf(x[k]);
+    for (int i = 0; i < 4; i++)
+        if (rest[i]) result[i] = expf(x[i]);
     return result;
 }
+
+#if defined(__x86_64__)
+/* Portable: libm itself, lane by lane. The SSE set uses it: on a CPU without
+   FMA, glibc's expf is built without fused steps, which expf4_body does not
+   reproduce. */
+static f32x4 expf4_libm(f32x4 x) {
+    f32x4 y = {expf(x[0]), expf(x[1]), expf(x[2]), expf(x[3])};
+    return y;
+}
+
+static inline __attribute__((always_inline)) __attribute__((target("avx2,fma"))) void
+fma4_avx2(f64x4 *out, const f64x4 *a, const f64x4 *b, const f64x4 *c) {
+    *out = (f64x4)_mm256_fmadd_pd((__m256d)*a, (__m256d)*b, (__m256d)*c);
+}
+
+static __attribute__((target("avx2,fma"))) f32x4 expf4_avx2(f32x4 x) { return expf4_body(x, fma4_avx2); }
+#endif
+
+#if defined(__aarch64__)
+static inline __attribute__((always_inline)) void fma4_neon(f64x4 *out, const f64x4 *a, const f64x4 *b,
+                                                          const f64x4 *c) {
+    float64x2_t h[3][2], result[2];
+    memcpy(h[0], a, sizeof *a), memcpy(h[1], b, sizeof *b), memcpy(h[2], c, sizeof *c);
+    for (int i = 0; i < 2; i++) result[i] = vfmaq_f64(h[2][i], h[0][i], h[1][i]);
+    memcpy(out, result, sizeof result);
+}
+
+static f32x4 expf4_neon(f32x4 x) { return expf4_body(x, fma4_neon); }
 #endif
 
 /* int8 dot product of len bytes (a multiple of 16) as 4 partial int32 sums,
@@ -2769,13 +2787,13 @@ static void matmul_q8_tokens_neon(float *out, size_t out_stride, float *out_t, c
     matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 2, pair_neon,
                           transpose8);
 }
-static void softmax_neon(float *x, int n) { softmax_body(x, n, expf4_libm); }
-static void swiglu_neon(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_libm); }
+static void softmax_neon(float *x, int n) { softmax_body(x, n, expf4_neon); }
+static void swiglu_neon(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_neon); }
 static void
 attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys, const float *values,
                      float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
     attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
-                         expf4_libm, transpose8);
+                         expf4_neon, transpose8);
 }
 #endif
 
