@@ -1833,11 +1833,12 @@ group_dots_madd(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int
                     pairs[r][k / 2] = (int32_t)((uint16_t)(int16_t)src[k] | (uint32_t)(uint16_t)(int16_t)src[k + 1] << 16);
             }
         }
-        for (int k = 0; k < len; k += 2) {
+        const int32_t *xp = x + (size_t)(jb / 2) * width + 16 * v0; /* the tokens' pair jb / 2 + p */
+        for (int p = 0; p < len / 2; p++, xp += width) {
             __m512i xv[4];
-            for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(x + (size_t)((jb + k) / 2) * width + 16 * (v0 + v));
+            for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(xp + 16 * v);
             for (int r = 0; r < R; r++) {
-                __m512i pair = _mm512_set1_epi32(pairs[r][k / 2]);
+                __m512i pair = _mm512_set1_epi32(pairs[r][p]);
                 for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_epi32(acc[r][v], _mm512_madd_epi16(pair, xv[v]));
             }
         }
@@ -1872,12 +1873,13 @@ q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_siz
 }
 
 /* Rows [begin, end) for all T tokens, in blocks of R rows by V vectors of 16
-   tokens (constant R and V keep the sums in registers). */
+   tokens: constant R and V keep the sums in registers, R * V integer and as
+   many float ones, at most 24 of the 32. */
 static inline __attribute__((always_inline)) AVX512 void
 q8_tokens_rows(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int begin, int end,
                int v0, int V, Q8GroupDots dots) {
-    int i = begin;
-    for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, V, dots);
+    int i = begin, R = V <= 2 ? 6 : 12 / V;
+    for (; i + R <= end; i += R) q8_tokens_block(out_t, in, w, n, group_size, width, i, R, v0, V, dots);
     for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, V, dots);
 }
 
