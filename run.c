@@ -2163,9 +2163,18 @@ typedef i32x4 (*DotFn)(const int8_t *w, const int8_t *x, int len);
 typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
 
 #if defined(__x86_64__)
+/* 32 bytes at a time: vpmaddubsw multiplies unsigned by signed bytes, so it
+   gets |w| and x with w's sign; a pair of products is at most 2 * 128 * 127,
+   which fits its int16 (x is never -128: quantize() gives -127..127). */
 static __attribute__((target("avx2"))) i32x4 dot_avx2(const int8_t *w, const int8_t *x, int len) {
     __m256i acc = _mm256_setzero_si256();
-    for (int k = 0; k < len; k += 16) {
+    int k = 0;
+    for (; k + 32 <= len; k += 32) {
+        __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k)), xv = _mm256_loadu_si256((const __m256i *)(x + k));
+        __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+    }
+    for (; k < len; k += 16) {
         __m256i w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k)));
         __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + k)));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(w16, x16));
