@@ -617,27 +617,6 @@ static void free_tiny(TinyModel *m) {
 
 static void put_floats(Buffer *b, const float *x, size_t n) { put(b, x, n * sizeof(float)); }
 
-static Buffer write_v0(const TinyModel *m) {
-    Buffer b = {0};
-    int kv = m->dim / m->heads * m->kv_heads, L = m->layers, d = m->dim, h = m->hidden;
-    int32_t hdr[7] = {d, h, L, m->heads, m->kv_heads, m->shared ? m->vocab : -m->vocab, m->seq_len};
-    put(&b, hdr, sizeof hdr);
-    put_floats(&b, m->emb, (size_t)m->vocab * d);
-    put_floats(&b, m->rms_att, L * d);
-    put_floats(&b, m->wq, L * d * d);
-    put_floats(&b, m->wk, L * kv * d);
-    put_floats(&b, m->wv, L * kv * d);
-    put_floats(&b, m->wo, L * d * d);
-    put_floats(&b, m->rms_ffn, L * d);
-    put_floats(&b, m->w1, L * h * d);
-    put_floats(&b, m->w2, L * d * h);
-    put_floats(&b, m->w3, L * h * d);
-    put_floats(&b, m->rms_final, d);
-    for (int i = 0; i < m->seq_len * (d / m->heads); i++) put_f32(&b, 0);
-    if (!m->shared) put_floats(&b, m->cls, (size_t)m->vocab * d);
-    return b;
-}
-
 static void put_v1_header(Buffer *b, const TinyModel *m, int version, int group_size, float theta, float eps) {
     uint8_t hdr[256] = {0};
     uint32_t magic = 0x616b3432;
@@ -651,28 +630,9 @@ static void put_v1_header(Buffer *b, const TinyModel *m, int version, int group_
     put(b, hdr, sizeof hdr);
 }
 
-static Buffer write_v1(const TinyModel *m, float theta, float eps) {
-    Buffer b = {0};
-    int kv = m->dim / m->heads * m->kv_heads, L = m->layers, d = m->dim, h = m->hidden;
-    put_v1_header(&b, m, 1, 0, theta, eps);
-    put_floats(&b, m->rms_att, L * d);
-    put_floats(&b, m->rms_ffn, L * d);
-    put_floats(&b, m->rms_final, d);
-    put_floats(&b, m->emb, (size_t)m->vocab * d);
-    put_floats(&b, m->wq, L * d * d);
-    put_floats(&b, m->wk, L * kv * d);
-    put_floats(&b, m->wv, L * kv * d);
-    put_floats(&b, m->wo, L * d * d);
-    put_floats(&b, m->w1, L * h * d);
-    put_floats(&b, m->w2, L * d * h);
-    put_floats(&b, m->w3, L * h * d);
-    if (!m->shared) put_floats(&b, m->cls, (size_t)m->vocab * d);
-    return b;
-}
-
-/* Version 2: norms in fp32, then each matrix as int8 with one scale per group
-   (scale = max|w| / 127, q = w / scale rounded half to even). The model's weights
-   are replaced by their dequantized values, so the reference sees what run.c sees. */
+/* A version 2 matrix: int8 with one scale per group (scale = max|w| / 127,
+   q = w / scale rounded half to even). The model's weights are replaced by
+   their dequantized values, so the reference sees what run.c sees. */
 static void put_quantized(Buffer *b, float *w, size_t n, int gs) {
     int8_t *q = malloc(n);
     float *scales = malloc(n / gs * sizeof(float));
@@ -690,19 +650,57 @@ static void put_quantized(Buffer *b, float *w, size_t n, int gs) {
     free(q), free(scales);
 }
 
-static Buffer write_v2(TinyModel *m, int gs) {
+/* The model's values of tensor t (layer l of a per-layer one, size floats
+   each) in run.c's layout table; NULL for version 0's RoPE tables, which
+   run.c does not read (written as zeros). */
+static float *tiny_tensor(const TinyModel *m, Tensor t, uint64_t l, uint64_t size) {
+    switch (t) {
+    case TOKEN_EMBEDDING: return m->emb;
+    case RMS_ATT: return m->rms_att;
+    case RMS_FFN: return m->rms_ffn;
+    case RMS_FINAL: return m->rms_final;
+    case WQ: return m->wq + l * size;
+    case WK: return m->wk + l * size;
+    case WV: return m->wv + l * size;
+    case WO: return m->wo + l * size;
+    case W1: return m->w1 + l * size;
+    case W2: return m->w2 + l * size;
+    case W3: return m->w3 + l * size;
+    case CLASSIFIER: return m->cls;
+    case ROPE_TABLES: break;
+    }
+    return NULL;
+}
+
+/* The model as a checkpoint of this version (group size gs for version 2),
+   walking run.c's layout table, as export.py walks its own. */
+static Buffer write_checkpoint(TinyModel *m, int version, int gs, float theta, float eps) {
     Buffer b = {0};
-    int kv = m->dim / m->heads * m->kv_heads, L = m->layers, d = m->dim, h = m->hidden;
-    put_v1_header(&b, m, 2, gs, 0, 0);
-    put_floats(&b, m->rms_att, L * d);
-    put_floats(&b, m->rms_ffn, L * d);
-    put_floats(&b, m->rms_final, d);
-    put_quantized(&b, m->emb, (size_t)m->vocab * d, gs);
-    struct { float *w; size_t size; } mats[7] = {{m->wq, d * d}, {m->wk, kv * d}, {m->wv, kv * d}, {m->wo, d * d},
-                                                 {m->w1, h * d}, {m->w2, d * h}, {m->w3, h * d}};
-    for (int k = 0; k < 7; k++)
-        for (int l = 0; l < L; l++) put_quantized(&b, mats[k].w + l * mats[k].size, mats[k].size, gs);
-    if (!m->shared) put_quantized(&b, m->cls, (size_t)m->vocab * d, gs);
+    Config c = {.dim = m->dim, .hidden_dim = m->hidden, .n_layers = m->layers, .n_heads = m->heads,
+                .n_kv_heads = m->kv_heads, .vocab_size = m->vocab, .seq_len = m->seq_len,
+                .shared_classifier = m->shared, .version = version, .group_size = gs};
+    if (version == 0) {
+        int32_t hdr[7] = {m->dim, m->hidden, m->layers, m->heads, m->kv_heads, m->shared ? m->vocab : -m->vocab, m->seq_len};
+        put(&b, hdr, sizeof hdr);
+    } else {
+        put_v1_header(&b, m, version, gs, theta, eps);
+    }
+    int n;
+    const Tensor *layout = layout_of(&c, &n);
+    for (int i = 0; i < n; i++) {
+        TensorShape shape = tensor_shape(&c, layout[i]);
+        uint64_t size = shape.rows * shape.cols;
+        for (uint64_t l = 0; l < shape.count; l++) {
+            float *w = tiny_tensor(m, layout[i], l, size);
+            if (!w) {
+                for (uint64_t k = 0; k < size; k++) put_f32(&b, 0);
+            } else if (shape.is_matrix && version == 2) {
+                put_quantized(&b, w, size, gs);
+            } else {
+                put_floats(&b, w, size);
+            }
+        }
+    }
     return b;
 }
 
@@ -864,7 +862,8 @@ static void test_batched_forward(const char *path, const char *what) {
 static void test_forward_matches_reference(void) {
     for (int shared = 0; shared <= 1; shared++) {
         TinyModel m = tiny_model(shared, 8);
-        Buffer v0 = write_v0(&m), v1 = write_v1(&m, 0, 0), v1_theta = write_v1(&m, 500000.0f, 1e-6f);
+        Buffer v0 = write_checkpoint(&m, 0, 0, 0, 0), v1 = write_checkpoint(&m, 1, 0, 0, 0);
+        Buffer v1_theta = write_checkpoint(&m, 1, 0, 500000.0f, 1e-6f);
         char *p0 = write_temp(v0.data, v0.n), *p1 = write_temp(v1.data, v1.n);
         char *p2 = write_temp(v1_theta.data, v1_theta.n);
         double scale = 0;
@@ -878,7 +877,7 @@ static void test_forward_matches_reference(void) {
         /* int8: the reference runs on the dequantized weights; activations are
            quantized too, so agreement is to a few percent of the largest logit
            (1-5% seen with these tiny random models; a misread tensor is ~100%) */
-        Buffer v2 = write_v2(&m, 8);
+        Buffer v2 = write_checkpoint(&m, 2, 8, 0, 0);
         char *p3 = write_temp(v2.data, v2.n);
         double q_scale = 0, e3 = forward_error(p3, &m, 10000, 1e-5, &q_scale);
         check(e3 < 0.1 * q_scale, "v2 forward (shared=%d) is off the reference by %g (largest logit %g)", shared, e3,
@@ -960,7 +959,7 @@ static void expect_model_error(const char *what, const void *data, size_t n, con
 
 static void test_checkpoint_errors(const char *tokenizer) {
     TinyModel m = tiny_model(0, 8);
-    Buffer v0 = write_v0(&m), v1 = write_v1(&m, 0, 0);
+    Buffer v0 = write_checkpoint(&m, 0, 0, 0, 0), v1 = write_checkpoint(&m, 1, 0, 0, 0);
     int32_t *hdr = (int32_t *)v0.data;
     RunResult r;
 
@@ -1133,7 +1132,7 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
     TinyModel endless = tiny_model(0, 32);
     memset(endless.cls + 1 * endless.dim, 0, 2 * endless.dim * sizeof(float));
     for (int i = 0; i < endless.dim; i++) endless.cls[4 * endless.dim + i] = -endless.cls[3 * endless.dim + i];
-    Buffer endless_v0 = write_v0(&endless);
+    Buffer endless_v0 = write_checkpoint(&endless, 0, 0, 0, 0);
     char *endless_path = write_temp(endless_v0.data, endless_v0.n);
     static RunResult at_context;
     run_args(&r, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", NULL);
@@ -1281,7 +1280,7 @@ static void test_nan_weights_run(const char *tokenizer) {
     TinyModel m = tiny_model(1, 8);
     m.rms_att[0] = NAN;
     m.rms_ffn[1] = INFINITY;
-    Buffer v2 = write_v2(&m, 4);
+    Buffer v2 = write_checkpoint(&m, 2, 4, 0, 0);
     char *path = write_temp(v2.data, v2.n);
     RunResult r;
     run_args(&r, NULL, path, "-z", tokenizer, "-n", "6", "-i", "1 2", NULL);
@@ -1314,7 +1313,7 @@ static void test_nan_weights_run(const char *tokenizer) {
    chat feeds EOS (2), and unk (0) is the fallback: ids past the tables. */
 static void test_small_vocab(const char *tokenizer) {
     TinyModel m = tiny_model(1, 8);
-    Buffer v0 = write_v0(&m), v1 = write_v1(&m, 0, 0);
+    Buffer v0 = write_checkpoint(&m, 0, 0, 0, 0), v1 = write_checkpoint(&m, 1, 0, 0, 0);
     int32_t *hdr = (int32_t *)v0.data;
     int32_t saved = hdr[5];
     hdr[5] = 2;
@@ -1336,7 +1335,7 @@ static void test_small_vocab(const char *tokenizer) {
    Now the state holds the -n positions only. Measured as the child's peak RSS. */
 static void test_huge_seq_len(const char *tokenizer) {
     TinyModel m = tiny_model(1, 8);
-    Buffer v1 = write_v1(&m, 0, 0);
+    Buffer v1 = write_checkpoint(&m, 1, 0, 0, 0);
     int32_t seq_len = 1 << 26;
     memcpy(v1.data + 8 + 6 * 4, &seq_len, 4);
     char *path = write_temp(v1.data, v1.n);
@@ -1450,7 +1449,7 @@ int main(void) {
 
     /* files for the end-to-end tests: the tiny model and the digits tokenizer */
     TinyModel m = tiny_model(1, 32);
-    Buffer v0 = write_v0(&m);
+    Buffer v0 = write_checkpoint(&m, 0, 0, 0, 0);
     const Buffer *tb = digits_tokenizer();
     char *model = write_temp(v0.data, v0.n), *tokenizer = write_temp(tb->data, tb->n);
     test_checkpoint_errors(tokenizer);
