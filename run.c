@@ -1025,7 +1025,7 @@ typedef struct {
     Task task; /* the current job: its task, context and units */
     void *ctx;
     int n_units, grab;
-    atomic_int next; /* the first unit no thread has taken yet */
+    atomic_int *next; /* [n_threads]: the first unit of each thread's share that no thread has taken yet */
     /* The job's generation (high 32 bits), whether it is closed (bit 31) and
        how many workers are inside it (low bits). A worker joins only an open
        job; the caller closes it once it is empty, so it never waits for a
@@ -1044,13 +1044,22 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Takes units a few at a time until none are left: a thread that runs faster,
-   or whose partner is off its core on a busy machine, simply takes more. */
+/* Thread t's share of the job's units: [share_begin(t), share_begin(t + 1)). */
+static int share_begin(int t) { return (int)((long long)pool.n_units * t / pool.n_threads); }
+
+/* Takes units a few at a time until none are left: first from this thread's
+   own share, so that it reads the same rows of the weights token after token
+   (they stay in its core's cache), then from the others' shares: a thread
+   that runs faster, or whose partner is off its core on a busy machine,
+   simply takes more. */
 static void take_units(int thread) {
-    for (;;) {
-        int begin = atomic_fetch_add(&pool.next, pool.grab);
-        if (begin >= pool.n_units) return;
-        pool.task(pool.ctx, begin, begin + pool.grab < pool.n_units ? begin + pool.grab : pool.n_units, thread);
+    for (int k = 0; k < pool.n_threads; k++) {
+        int share = (thread + k) % pool.n_threads, end = share_begin(share + 1);
+        for (;;) {
+            int begin = atomic_fetch_add(&pool.next[share], pool.grab);
+            if (begin >= end) break;
+            pool.task(pool.ctx, begin, begin + pool.grab < end ? begin + pool.grab : end, thread);
+        }
     }
 }
 
@@ -1091,7 +1100,7 @@ static void parallel_for(Task task, void *ctx, int n_units, double work) {
     pool.ctx = ctx;
     pool.n_units = n_units;
     pool.grab = n_units / (8 * pool.n_threads) > 1 ? n_units / (8 * pool.n_threads) : 1;
-    atomic_store(&pool.next, 0);
+    for (int t = 0; t < pool.n_threads; t++) atomic_store(&pool.next[t], share_begin(t));
     pthread_mutex_lock(&pool.lock);
     atomic_store(&pool.state, ((atomic_load(&pool.state) >> 32) + 1) << 32); /* a new, open, empty job */
     pthread_cond_broadcast(&pool.wake);
@@ -1111,6 +1120,7 @@ static void start_threads(int n) {
     if (n == 1) return;
     atomic_store(&pool.state, JOB_CLOSED); /* generation 0, which each worker starts having seen */
     pool.workers = xcalloc(n, sizeof(pthread_t));
+    pool.next = xcalloc(n, sizeof(atomic_int));
     for (int i = 1; i < n; i++)
         if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0)
             fail("cannot start thread %d of %d", i, n);
@@ -1124,6 +1134,7 @@ static void stop_threads(void) {
     pthread_mutex_unlock(&pool.lock);
     for (int i = 1; i < pool.n_threads; i++) pthread_join(pool.workers[i], NULL);
     free(pool.workers);
+    free(pool.next);
     pool.n_threads = 1;
     atomic_store(&pool.stop, 0);
 }
