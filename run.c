@@ -1231,6 +1231,34 @@ static inline __attribute__((always_inline)) size_t prefetch_ahead(size_t row_by
     return rows * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? rows * row_bytes : PREFETCH_BYTES;
 }
 
+/* The fast attention kernels take the query heads of a block of tokens that
+   share a KV head a few at a time: query k (from `first` on, heads within
+   tokens) is head k % n_heads of token k / n_heads, and sees positions up to
+   last[k]. */
+static inline __attribute__((always_inline)) void
+attention_queries(const float **query, float **query_out, int *last, const float *q, float *out, int first, int count,
+                  int n_heads, int dim, int head_size, int pos) {
+    for (int k = 0; k < count; k++) {
+        int token = (first + k) / n_heads, head = (first + k) % n_heads;
+        query[k] = q + (size_t)token * dim + head * head_size;
+        query_out[k] = out + (size_t)token * dim + head * head_size;
+        last[k] = pos + token; /* causal: the last position this query sees */
+    }
+}
+
+/* att[h * att_stride + t] = q[h] . key_t for the keys [from, n_keys) that a
+   fast kernel's blocks leave over, each summed as attention_head() sums it. */
+static inline __attribute__((always_inline)) void
+scores_tail(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int from, int n_keys,
+            int head_size, size_t kv_dim) {
+    for (int h = 0; h < Q; h++)
+        for (int t = from; t < n_keys; t++) {
+            float score = 0.0f;
+            for (int i = 0; i < head_size; i++) score += keys[(size_t)t * kv_dim + i] * q[h][i];
+            att[h * att_stride + t] = score;
+        }
+}
+
 /* 2^(i/32) for i = 0..31, rounded to double: the table glibc's expf uses. */
 static const double exp2_fraction[32] = {
     0x1.0000000000000p+0, 0x1.059b0d3158574p+0, 0x1.0b5586cf9890fp+0, 0x1.11301d0125b51p+0,
@@ -1475,12 +1503,7 @@ scores_avx512(float *att, size_t att_stride, const float *const *q, int Q, const
             for (int h = 0; h < Q; h++) acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(columns[j], _mm512_set1_ps(q[h][j])));
         for (int h = 0; h < Q; h++) _mm512_storeu_ps(att + h * att_stride + t, acc[h]);
     }
-    for (int h = 0; h < Q; h++) /* the last keys, as attention_head() sums them */
-        for (int u = t; u < n_keys; u++) {
-            float score = 0.0f;
-            for (int i = 0; i < head_size; i++) score += keys[(size_t)u * kv_dim + i] * q[h][i];
-            att[h * att_stride + u] = score;
-        }
+    scores_tail(att, att_stride, q, Q, keys, t, n_keys, head_size, kv_dim);
 }
 
 /* out[k] = sum over t <= last[k] of att[k][t] * value_t, t in order, for G
@@ -1539,12 +1562,7 @@ static AVX512 void attention_block_avx512(float *out, const float *q, int n_toke
         int count = n_q - first < 8 ? n_q - first : 8, last[8];
         const float *query[8];
         float *query_out[8];
-        for (int k = 0; k < count; k++) {
-            int token = (first + k) / n_heads, head = (first + k) % n_heads;
-            query[k] = q + (size_t)token * dim + head * head_size;
-            query_out[k] = out + (size_t)token * dim + head * head_size;
-            last[k] = pos + token; /* causal: the last position this query sees */
-        }
+        attention_queries(query, query_out, last, q, out, first, count, n_heads, dim, head_size, pos);
         /* scores up to the latest position any of them sees, for 1, 2, 4 or 8
            queries (a constant count keeps the sums in registers; extra rows of
            att get copies of the last query's scores) */
@@ -2624,12 +2642,7 @@ scores_body(float *att, size_t att_stride, const float *const *q, int Q, const f
     if (Q <= 2)
         for (; t + 16 <= n_keys; t += 16) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 2, transpose);
     for (; t + 8 <= n_keys; t += 8) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 1, transpose);
-    for (int h = 0; h < Q; h++) /* the last keys, as attention_head() sums them */
-        for (int u = t; u < n_keys; u++) {
-            float score = 0.0f;
-            for (int i = 0; i < head_size; i++) score += keys[(size_t)u * kv_dim + i] * q[h][i];
-            att[h * att_stride + u] = score;
-        }
+    scores_tail(att, att_stride, q, Q, keys, t, n_keys, head_size, kv_dim);
 }
 
 /* out[i] = sum over t < n_keys of a[t] * value_t[i] for the dimensions
@@ -2673,12 +2686,7 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         int count = n_q - first < 4 ? n_q - first : 4, last[4];
         const float *query[4];
         float *query_out[4];
-        for (int k = 0; k < count; k++) {
-            int token = (first + k) / n_heads, head = (first + k) % n_heads;
-            query[k] = q + (size_t)token * dim + head * head_size;
-            query_out[k] = out + (size_t)token * dim + head * head_size;
-            last[k] = pos + token; /* causal: the last position this query sees */
-        }
+        attention_queries(query, query_out, last, q, out, first, count, n_heads, dim, head_size, pos);
         int n_keys = last[count - 1] + 1;
         switch (count) {
         case 1:
