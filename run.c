@@ -2274,24 +2274,24 @@ static void pair_neon(i32x8 *acc, const int16_t *x, int32_t w_pair) {
    row r's products in column order. (Two named blocks rather than an array
    indexed by b: GCC then keeps everything in registers.) */
 static inline __attribute__((always_inline)) void
-matvec_rows(float *out, const float *x, const float *w, int n, size_t stride, int i, int B, size_t ahead,
+matvec_rows(float *out, const float *x, const float *w, int n, int i, int B, size_t ahead,
             TransposeFn transpose) {
-    const float *block0 = w + i * stride, *block1 = block0 + 8 * stride;
+    const float *block0 = w + (size_t)i * n, *block1 = block0 + (size_t)8 * n;
     f32x8 acc0 = {0}, acc1 = {0}, col0[8], col1[8];
     int j = 0;
     for (; j + 8 <= n; j += 8) {
         if (j % 16 == 0)
-            for (int k = 0; k < 8 * B; k++) prefetch(block0 + k * stride + j, ahead);
-        transpose(col0, block0 + j, stride);
-        if (B == 2) transpose(col1, block1 + j, stride);
+            for (int k = 0; k < 8 * B; k++) prefetch(block0 + (size_t)k * n + j, ahead);
+        transpose(col0, block0 + j, n);
+        if (B == 2) transpose(col1, block1 + j, n);
         for (int c = 0; c < 8; c++) {
             acc0 += col0[c] * x[j + c];
             if (B == 2) acc1 += col1[c] * x[j + c];
         }
     }
     if (j < n) {
-        transpose8_partial(col0, block0 + j, stride, 8, n - j, transpose);
-        if (B == 2) transpose8_partial(col1, block1 + j, stride, 8, n - j, transpose);
+        transpose8_partial(col0, block0 + j, n, 8, n - j, transpose);
+        if (B == 2) transpose8_partial(col1, block1 + j, n, 8, n - j, transpose);
         for (int c = 0; c < n - j; c++) {
             acc0 += col0[c] * x[j + c];
             if (B == 2) acc1 += col1[c] * x[j + c];
@@ -2304,13 +2304,13 @@ matvec_rows(float *out, const float *x, const float *w, int n, size_t stride, in
 /* matvec(): 8 * B rows at a time (B = 2 where registers allow), then 8,
    then the plain loop. */
 static inline __attribute__((always_inline)) void
-matvec_body(float *out, const float *x, const float *w, int n, size_t stride, int begin, int end, int B,
+matvec_body(float *out, const float *x, const float *w, int n, int begin, int end, int B,
             TransposeFn transpose) {
-    size_t ahead = prefetch_ahead(stride * sizeof(float), 8 * B);
+    size_t ahead = prefetch_ahead(n * sizeof(float), 8 * B);
     int i = begin;
-    for (; i + 8 * B <= end; i += 8 * B) matvec_rows(out, x, w, n, stride, i, B, ahead, transpose);
+    for (; i + 8 * B <= end; i += 8 * B) matvec_rows(out, x, w, n, i, B, ahead, transpose);
     if (i + 8 <= end) {
-        matvec_rows(out, x, w, n, stride, i, 1, ahead, transpose);
+        matvec_rows(out, x, w, n, i, 1, ahead, transpose);
         i += 8;
     }
     matvec(out, x, w, n, i, end);
@@ -2747,7 +2747,7 @@ static void prepare_q8_pairs(void *scratch, const int8_t *xq, const float *xs, i
 #define AVX2 __attribute__((target("avx2,fma")))
 
 static AVX2 void matvec_avx2(float *out, const float *x, const float *w, int n, int begin, int end) {
-    matvec_body(out, x, w, n, n, begin, end, 2, transpose8_avx2);
+    matvec_body(out, x, w, n, begin, end, 2, transpose8_avx2);
 }
 static AVX2 void matmul_tokens_avx2(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
                                     int n, int T, int begin, int end) {
@@ -2778,7 +2778,7 @@ attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos,
    1 vector of tokens; expf() per lane. Its quantize and attention are Part I's:
    with half the registers, the 8-lane versions spill and were slower. */
 static void matvec_sse(float *out, const float *x, const float *w, int n, int begin, int end) {
-    matvec_body(out, x, w, n, n, begin, end, 1, transpose8);
+    matvec_body(out, x, w, n, begin, end, 1, transpose8);
 }
 static void matmul_tokens_sse(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n,
                               int T, int begin, int end) {
@@ -2799,7 +2799,7 @@ static void swiglu_sse(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2
 #if defined(__aarch64__)
 /* NEON: 32 q registers, so 6 rows x 2 vectors of tokens; expf() per lane. */
 static void matvec_neon(float *out, const float *x, const float *w, int n, int begin, int end) {
-    matvec_body(out, x, w, n, n, begin, end, 2, transpose8);
+    matvec_body(out, x, w, n, begin, end, 2, transpose8);
 }
 static void matmul_tokens_neon(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n,
                                int T, int begin, int end) {
