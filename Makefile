@@ -106,6 +106,7 @@ fuzz_encode: fuzz.c run.c
 fuzz_corpus/.done: seeds_for_fuzz.py tokenizer.bin
 	rm -rf fuzz_corpus
 	python3 seeds_for_fuzz.py $(SHARED) fuzz_corpus
+	-$(PYTHON) export.py fuzz_corpus/tokenizer_llama3.bin --tokenizer $(SHARED)/tokenizer/llama3/tokenizer.json
 	touch $@
 
 # new inputs go to fuzz_out/<target>, crashes to fuzz_out/crashes/; stops at the first crash

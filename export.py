@@ -55,6 +55,7 @@ import glob
 import json
 import math
 import os
+import re
 import struct
 import sys
 
@@ -71,6 +72,7 @@ def note(message):
 # Tokenizer export
 
 SPACE_MARK = "\u2581"  # SentencePiece's visible space "▁"
+TOKENIZER_MAGIC = 0x6E6B6F74  # "tokn": the byte-level BPE tokenizer file
 
 
 def read_sentencepiece_model(path):
@@ -256,9 +258,135 @@ def write_tokenizer_bin(out, pieces, scores, bos_id, eos_id):
         out.write(b)
 
 
+# --- Byte-level BPE (Llama 3) ----------------------------------------------
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_N_SPECIAL = 256  # control tokens after the 128000 BPE pieces, in Meta's code and every Llama 3 file
+# Control tokens the program uses, by the ids Meta's code gives them (Llama 3.0 files
+# call 128008 <|reserved_special_token_4|>; from 3.1 on it is <|eom_id|>).
+LLAMA3_CONTROL = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|start_header_id|>": 128006,
+                  "<|end_header_id|>": 128007, "<|eom_id|>": 128008, "<|eot_id|>": 128009}
+
+
+def gpt2_byte_chars():
+    """GPT-2's byte-level alphabet: the character that stands for each byte in
+    tokenizer.json. Printable Latin-1 bytes stand for themselves; the others
+    (0-32, 127-160, 173) for U+0100 onwards, in byte order."""
+    kept = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAC + 1)) | set(range(0xAE, 0xFF + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in kept:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def split_patterns(pre_tokenizer):
+    """Every regex of a pre_tokenizer's Split steps."""
+    if isinstance(pre_tokenizer, dict):
+        if pre_tokenizer.get("type") == "Split" and isinstance(pre_tokenizer.get("pattern"), dict):
+            return [pre_tokenizer["pattern"].get("Regex")]
+        return [p for step in pre_tokenizer.get("pretokenizers") or [] for p in split_patterns(step)]
+    return []
+
+
+def read_llama3_tokenizer_json(path, tok):
+    """The raw bytes of each BPE piece (id = merge rank) of a Llama 3 tokenizer.json."""
+    model = tok["model"]
+    if LLAMA3_PATTERN not in split_patterns(tok.get("pre_tokenizer")):
+        raise ExportError(f"{path}: pre_tokenizer's regex is not Llama 3's; other byte-level tokenizers are not supported")
+    byte_of = {c: b for b, c in gpt2_byte_chars().items()}
+    vocab = model["vocab"]
+    pieces = [None] * len(vocab)
+    for piece, i in vocab.items():
+        if not 0 <= i < len(vocab):
+            raise ExportError(f"{path}: token ids are not 0..{len(vocab) - 1} (id {i})")
+        try:
+            pieces[i] = bytes(byte_of[c] for c in piece)
+        except KeyError as e:
+            raise ExportError(f"{path}: piece {i} has {e.args[0]!r}, not a byte-level character")
+    # run.c merges the pair whose joined piece has the lowest id: check that this
+    # is the merge list's order
+    last = -1
+    for merge in model.get("merges") or []:
+        left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+        joined = vocab.get(left + right, -1)
+        if joined < last:
+            raise ExportError(f"{path}: merge {left!r} {right!r} is out of id order; "
+                              "run.c merges by id (tiktoken's rule)")
+        last = joined
+    control = {}
+    for added in tok.get("added_tokens") or []:
+        if added["id"] < len(vocab):
+            raise ExportError(f"{path}: added token {added['content']!r} has id {added['id']}, inside the BPE pieces")
+        control[added["id"]] = added["content"]
+    n_special = max(control, default=len(vocab) - 1) + 1 - len(vocab)
+    if n_special != LLAMA3_N_SPECIAL or len(vocab) != 128000:
+        raise ExportError(f"{path}: {len(vocab)} pieces and {n_special} control tokens; Llama 3 has 128000 and 256")
+    for name, fixed in LLAMA3_CONTROL.items():
+        if control.get(fixed) not in (name, None) and not control[fixed].startswith("<|reserved_special_token_"):
+            raise ExportError(f"{path}: token {fixed} is {control[fixed]!r}, Llama 3's {name} or a reserved one")
+    return pieces
+
+
+def read_tiktoken(path):
+    """The pieces of Meta's tokenizer.model (tiktoken): one line per piece, its
+    bytes in base64, a space, its rank."""
+    import base64
+    ranked = {}
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split()
+            if not line.strip():
+                continue
+            try:
+                piece, rank = base64.b64decode(fields[0], validate=True), int(fields[1])
+                if len(fields) != 2:
+                    raise ValueError
+            except (ValueError, IndexError):
+                raise ExportError(f"{path}: line {number} is not 'base64 rank'")
+            ranked[rank] = piece
+    if sorted(ranked) != list(range(len(ranked))):
+        raise ExportError(f"{path}: the ranks are not 0..{len(ranked) - 1}")
+    if len(ranked) != 128000:
+        raise ExportError(f"{path}: {len(ranked)} pieces; Llama 3's tokenizer.model has 128000")
+    return [ranked[i] for i in range(len(ranked))]
+
+
+def is_tiktoken(path):
+    with open(path, "rb") as f:
+        first = f.readline(200)
+    return re.fullmatch(rb"[A-Za-z0-9+/=]+ [0-9]+\r?\n?", first) is not None
+
+
+def write_byte_level_tokenizer(out, pieces):
+    """The byte-level BPE tokenizer file (see the head of this file)."""
+    ids = LLAMA3_CONTROL
+    stops = [ids["<|end_of_text|>"], ids["<|eom_id|>"], ids["<|eot_id|>"]]
+    n = len(pieces) + LLAMA3_N_SPECIAL
+    out.write(struct.pack("<I8i", TOKENIZER_MAGIC, 1, n, max(len(p) for p in pieces), len(pieces),
+                          ids["<|begin_of_text|>"], ids["<|start_header_id|>"], ids["<|end_header_id|>"],
+                          ids["<|eot_id|>"]))
+    out.write(struct.pack(f"<i{len(stops)}i", len(stops), *stops))
+    for p in pieces:
+        out.write(struct.pack("<i", len(p)))
+        out.write(p)
+    out.write(struct.pack("<i", 0) * LLAMA3_N_SPECIAL)  # control tokens have no text
+    return f"{n} pieces (byte-level BPE, Llama 3), BOS {ids['<|begin_of_text|>']}, stop ids {stops}"
+
+
 def export_tokenizer(in_path, out):
     if in_path.endswith(".json"):
+        with open(in_path, encoding="utf-8") as f:
+            tok = json.load(f)
+        if "ByteLevel" in json.dumps(tok.get("pre_tokenizer")):
+            return write_byte_level_tokenizer(out, read_llama3_tokenizer_json(in_path, tok))
         pieces, scores, bos_id, eos_id = read_hf_tokenizer_json(in_path)
+    elif is_tiktoken(in_path):
+        return write_byte_level_tokenizer(out, read_tiktoken(in_path))
     else:
         pieces, scores, bos_id, eos_id = read_sentencepiece_model(in_path)
     write_tokenizer_bin(out, pieces, scores, bos_id, eos_id)

@@ -8,7 +8,8 @@
                         give the model's vocab_size: load_tokenizer(), then encode
                         and decode with what was loaded
      -DFUZZ_ENCODE      the input is prompt text: encode() with the repo's
-                        tokenizer.bin and with ../shared's aidreams_tok512.bin,
+                        tokenizer.bin, ../shared's aidreams_tok512.bin and
+                        Llama 3's (exported from ../shared into fuzz_corpus/),
                         then decode() and print_piece() of every id
 
    run.c is included whole, as test_all.c does. fail() longjmps to *fail_jump
@@ -188,10 +189,11 @@ HARNESS FILE *null_file(void) {
 HARNESS void encode_decode(Tokenizer *t, const char *text, size_t len, int add_eos, int check_round_trip) {
     int n;
     int *ids = encode(t, text, len, 1, add_eos, &n);
-    if (n < 1 || ids[0] != BOS_ID) harness_abort("encode did not start with BOS");
+    if (n < 1 || ids[0] != t->bos_id) harness_abort("encode did not start with BOS");
     size_t norm_len;
-    char *norm = check_round_trip ? normalize(text, len, &norm_len) : NULL;
-    size_t at = norm && norm_len > 0 ? 1 : 0; /* decoding drops the leading space */
+    char *norm = check_round_trip ? normalize(t, text, len, &norm_len) : NULL;
+    /* SentencePiece: decoding drops the leading space that normalize() added */
+    size_t at = norm && norm_len > 0 && t->kind == SENTENCEPIECE ? 1 : 0;
     FILE *out = null_file();
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->vocab_size) harness_abort("encode produced id %d of %d", ids[i], t->vocab_size);
@@ -199,9 +201,9 @@ HARNESS void encode_decode(Tokenizer *t, const char *text, size_t len, int add_e
         int piece_len;
         const char *piece = decode(t, ids[i - 1], ids[i], &piece_len);
         if (piece_len < 0) harness_abort("decode gave length %d", piece_len);
-        print_piece(out, piece, piece_len);
+        print_piece(t, out, piece, piece_len);
         if (norm && !(add_eos && i == n - 1)) {
-            if (ids[i] == UNK_ID || at + (size_t)piece_len > norm_len || memcmp(norm + at, piece, piece_len) != 0)
+            if ((t->kind == SENTENCEPIECE && ids[i] == UNK_ID) || at + (size_t)piece_len > norm_len || memcmp(norm + at, piece, piece_len) != 0)
                 harness_abort("decode(encode(text)) differs from the text at byte %zu (id %d)", at, ids[i]);
             at += (size_t)piece_len;
         }
@@ -212,6 +214,7 @@ HARNESS void encode_decode(Tokenizer *t, const char *text, size_t len, int add_e
 }
 
 HARNESS int has_all_byte_pieces(const Tokenizer *t) {
+    if (t->kind == BYTE_LEVEL_BPE) return 1; /* load_tokenizer() checked it */
     for (int b = 0; b < 256; b++)
         if (t->byte_piece[b] < 0) return 0;
     return 1;
@@ -335,12 +338,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fail_jump = NULL;
         end_capture();
         close_leftovers();
-        if (tok.pieces) {
-            free_tokenizer(&tok);
-        } else {
-            free(tok.piece_len), free(tok.scores), free(tok.sorted);
-        }
-        memset(&tok, 0, sizeof tok);
+        free_tokenizer(&tok);
         check_rejection_message(input_path);
         return 0;
     }
@@ -358,7 +356,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int id = 0; id < tok.vocab_size; id++) {
         int len;
         const char *piece = decode(&tok, id % 3 == 1 ? BOS_ID : 0, id, &len);
-        print_piece(out, piece, len);
+        print_piece(&tok, out, piece, len);
     }
     free_tokenizer(&tok);
     memset(&tok, 0, sizeof tok);
@@ -375,8 +373,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #define FUZZ_SHARED "../shared"
 #endif
 
-static Tokenizer llama, small;
-static int have_small;
+#ifndef FUZZ_LLAMA3_TOKENIZER_PATH
+#define FUZZ_LLAMA3_TOKENIZER_PATH "fuzz_corpus/tokenizer_llama3.bin"
+#endif
+
+static Tokenizer llama, small, llama3;
+static int have_small, have_llama3;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
@@ -392,7 +394,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         last_file = NULL;
         have_small = 1;
     } else {
-        fprintf(stderr, "fuzz_encode: %s not found, fuzzing with %s only\n", small_path, path);
+        fprintf(stderr, "fuzz_encode: %s not found, fuzzing without it\n", small_path);
+    }
+    /* Llama 3's byte-level BPE, as `make fuzz` exports it from ../shared */
+    const char *llama3_path = getenv("FUZZ_LLAMA3_TOKENIZER") ? getenv("FUZZ_LLAMA3_TOKENIZER") : FUZZ_LLAMA3_TOKENIZER_PATH;
+    if (access(llama3_path, R_OK) == 0) {
+        load_tokenizer(&llama3, llama3_path, 128256);
+        last_file = NULL;
+        have_llama3 = 1;
+    } else {
+        fprintf(stderr, "fuzz_encode: %s not found, fuzzing without it\n", llama3_path);
     }
     return 0;
 }
@@ -402,6 +413,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int add_eos = size > 0 && data[0] == '!';
     encode_decode(&llama, (const char *)data, size, add_eos, has_all_byte_pieces(&llama));
     if (have_small) encode_decode(&small, (const char *)data, size, add_eos, has_all_byte_pieces(&small));
+    if (have_llama3) encode_decode(&llama3, (const char *)data, size, add_eos, 1);
     return 0;
 }
 

@@ -566,12 +566,12 @@ static void test_tokenizer(void) {
 
     /* print rules: printable, whitespace and >= 0x80 lone bytes print; control bytes do not */
     FILE *out = tmpfile();
-    print_piece(out, "\x01", 1);
-    print_piece(out, "\n", 1);
-    print_piece(out, "\x7F", 1);
-    print_piece(out, "\xE2", 1);
-    print_piece(out, "x", 1);
-    print_piece(out, "\x01y", 2);
+    print_piece(&t, out, "\x01", 1);
+    print_piece(&t, out, "\n", 1);
+    print_piece(&t, out, "\x7F", 1);
+    print_piece(&t, out, "\xE2", 1);
+    print_piece(&t, out, "x", 1);
+    print_piece(&t, out, "\x01y", 2);
     char got[16] = {0};
     rewind(out);
     size_t n = fread(got, 1, sizeof got, out);
