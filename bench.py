@@ -31,6 +31,11 @@ divide), the same prompts and -n, -t 0; best of three runs each:
     (G - 1) forward passes over the time G / Y (the first token comes from the
     prompt's pass, which that time leaves out).
 
+Last, the Llama 3 tokenizer (made by export.py from ../shared's tokenizer.json):
+the time to load it and encode a 100 KB prompt (./run -m tokenize, wall clock,
+best of three), and its memory: peak RSS minus that of ./run -h, beside the
+file's size.
+
 usage: python3 bench.py [--quick] [--long] [--kernels SET] [--compare-only]
   --quick         only the two small shapes
   --long          also decode speed near position 2000 of the 1.1B shape (int8)
@@ -42,6 +47,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(os.path.dirname(HERE), "shared")
@@ -183,6 +189,43 @@ def compare(prompt, kernels):
         print(f"(llama2.c columns skipped: {llama2c})")
 
 
+def tokenizer_bench():
+    json_file = os.path.join(SHARED, "tokenizer", "llama3", "tokenizer.json")
+    if not os.path.exists(json_file):
+        print(f"Llama 3 tokenizer: skipped ({json_file} not found)")
+        return
+    os.makedirs(CACHE, exist_ok=True)
+    tokenizer = os.path.join(CACHE, "tokenizer_llama3.bin")
+    subprocess.run([python_with_numpy(), os.path.join(HERE, "export.py"), tokenizer, "--tokenizer", json_file],
+                   check=True, stderr=subprocess.DEVNULL)
+    model, _ = models("llama3-vocab", "64 128 1 4 4 128256 256 1")
+    paragraph = ("Once upon a time, in a village by the sea, there lived a girl who loved numbers: 3.14159, "
+                 "2718, 42! She said, \"I'm sure we'll find it.\" Ελληνικά, Русский, 日本語のテキスト, "
+                 "한국어, العربية, हिन्दी 😀🇫🇷\n\n    def f(x):\n        return x + 1\r\n")
+    prompt = (paragraph * (100_000 // len(paragraph.encode()) + 1)).encode()[:100_000].decode(errors="ignore")
+
+    def seconds(cmd):
+        start = time.perf_counter()
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if p.returncode != 0:
+            sys.exit(f"bench: {' '.join(cmd[:2])} failed: {p.stderr.decode().strip()}")
+        return time.perf_counter() - start
+
+    best = min(seconds([RUN, model, "-z", tokenizer, "-m", "tokenize", "-i", prompt]) for _ in range(3))
+    rss = peak_rss([RUN, model, "-z", tokenizer, "-m", "tokenize", "-i", ""])
+    base = peak_rss([RUN, "-h"])
+    size = os.path.getsize(tokenizer) / 2**20
+    print(f"Llama 3 tokenizer: load + encode a 100 KB prompt {best:.3f} s (best of 3); "
+          f"memory {rss - base:.1f} MB (peak RSS {rss:.1f} MB minus {base:.1f} MB of ./run -h), file {size:.1f} MB")
+
+
+def peak_rss(cmd):
+    """Peak RSS in MB of cmd alone, by GNU time (a child of this Python would
+    count the Python it was forked from)."""
+    p = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return int(p.stderr.strip().splitlines()[-1]) / 1024
+
+
 def main():
     quick, long, compare_only = "--quick" in sys.argv, "--long" in sys.argv, "--compare-only" in sys.argv
     kernels = None
@@ -235,6 +278,7 @@ def main():
         print(f"TinyLlama-1.1B int8, {cores} threads: decode {at_100:.1f} tok/s after a 100-token prompt, "
               f"{at_2000:.1f} tok/s at positions 1950-2000 ({100 * (at_2000 / at_100 - 1):+.0f}%), best of 3 runs each")
     compare(prompt, kernels or "avx2")
+    tokenizer_bench()
 
 
 main()

@@ -1061,6 +1061,202 @@ static void test_tokenizer_errors(const char *model) {
     unlink(good), free(good);
 }
 
+/* ------------------------------------------------------------------------- */
+/* Llama 3's byte-level BPE                                                   */
+
+/* Splits text with next_chunk() and compares the chunks with `want`, which
+   lists them separated by '|'. The expected splits are worked out by hand from
+   the pre-tokenizer's regex (see run.c). */
+static void check_chunks(const char *text, const char *want) {
+    char got[256] = "";
+    size_t n = strlen(text);
+    for (size_t i = 0, end; i < n; i = end) {
+        end = next_chunk(text, n, i);
+        if (end <= i || end > n) {
+            check(0, "next_chunk(\"%s\", %zu) returned %zu", text, i, end);
+            return;
+        }
+        if (i) strcat(got, "|");
+        strncat(got, text + i, end - i);
+    }
+    check(strcmp(got, want) == 0, "chunks of \"%s\": want \"%s\", got \"%s\"", text, want, got);
+}
+
+static void test_pretokenizer(void) {
+    check_chunks("Hello world", "Hello| world");
+    check_chunks("I'M here, don't", "I|'M| here|,| don|'t");
+    check_chunks("we'RE they'Ve i'lL 'x", "we|'RE| they|'Ve| i|'lL| '|x"); /* one character before letters */
+    check_chunks("'\xC5\xBF", "'\xC5\xBF"); /* U+017F long s folds to s: a contraction */
+    check_chunks("12345", "123|45");
+    check_chunks("\xD9\xA3\xD9\xA4\xD9\xA5\xD9\xA6", "\xD9\xA3\xD9\xA4\xD9\xA5|\xD9\xA6"); /* Arabic-Indic digits */
+    check_chunks("  x", " | x");
+    check_chunks("x  \n\n  y", "x|  \n\n| | y");
+    check_chunks("a  ", "a|  ");
+    check_chunks("...\n\nx", "...\n\n|x");
+    check_chunks(" !? \t!?", " !?| |\t|!?");
+    check_chunks("$hello $$hello", "$hello| $$|hello");
+    check_chunks("\r\n\r\n", "\r\n\r\n");
+    check_chunks("x\xC2\xA0y", "x|\xC2\xA0y"); /* no-break space: white space, not CR/LF */
+    check_chunks("\t\n x", "\t\n| x");
+    check_chunks("a\xE2\x80\x8B\xE2\x80\x8B" "b", "a|\xE2\x80\x8B\xE2\x80\x8B|b"); /* zero-width space is not white space */
+    check_chunks("x\xC2\x85\xC2\x85y", "x|\xC2\x85|\xC2\x85y"); /* U+0085 is White_Space */
+    check_chunks("\xE4\xB8\xAD\xE6\x96\x87 42", "\xE4\xB8\xAD\xE6\x96\x87| |42");
+}
+
+/* A byte-level BPE file: ids 0-255 are the bytes, then `pieces`; ids from
+   `first_special` on are control tokens. BOS and the chat ids are given. */
+static char *make_byte_level_tokenizer(const char **pieces, int n, int first_special, const int32_t *ids5, int n_stop,
+                                       const int32_t *stops) {
+    Buffer b = {0};
+    int32_t header[5] = {(int32_t)TOKENIZER_MAGIC, 1, 256 + n, 16, first_special};
+    for (int i = 0; i < 5; i++) put_i32(&b, header[i]);
+    for (int i = 0; i < 4; i++) put_i32(&b, ids5[i]);
+    put_i32(&b, n_stop);
+    for (int i = 0; i < n_stop; i++) put_i32(&b, stops[i]);
+    for (int i = 0; i < 256; i++) {
+        char byte = (char)i;
+        put_i32(&b, 1), put(&b, &byte, 1);
+    }
+    for (int i = 0; i < n; i++) put_i32(&b, strlen(pieces[i])), put(&b, pieces[i], strlen(pieces[i]));
+    char *path = write_temp(b.data, b.n);
+    free(b.data);
+    return path;
+}
+
+/* A tiny model file with `vocab` tokens (the classifier is the embedding). */
+static char *tiny_model_file(int vocab) {
+    TinyModel m = tiny_model(1, 16);
+    free(m.emb);
+    m.vocab = vocab;
+    m.emb = m.cls = random_tensor((size_t)vocab * m.dim, 1, 0);
+    Buffer b = write_checkpoint(&m, 1, 0, 0, 0);
+    char *path = write_temp(b.data, b.n);
+    free(b.data);
+    free_tiny(&m);
+    return path;
+}
+
+/* ./run refuses the tokenizer file with one line that names it and says `needle`. */
+static int load_fails_with(const char *path, int vocab, const char *needle) {
+    char *model = tiny_model_file(vocab);
+    RunResult r;
+    run_args(&r, NULL, model, "-z", path, "-m", "tokenize", "-i", "x", NULL);
+    unlink(model), free(model);
+    int ok = r.status == 1 && strstr(r.err, path) && strstr(r.err, needle) && single_line(r.err);
+    if (!ok) printf("  got %d: %s\n", r.status, r.err);
+    return ok;
+}
+
+static void test_byte_level_tokenizer(void) {
+    enum { BC = 256, AB, CD, XYZ, SP_X, CONTROL, BOS3, EOT3, N_PIECES = 8 };
+    const char *pieces[N_PIECES] = {"bc", "ab", "cd", "xyz", " x", "<|c|>", "", ""};
+    int32_t ids[4] = {BOS3, -1, -1, EOT3}, stops[1] = {EOT3};
+    char *path = make_byte_level_tokenizer(pieces, N_PIECES, CONTROL, ids, 1, stops);
+    Tokenizer t;
+    load_tokenizer(&t, path, 256 + N_PIECES);
+    check(t.kind == BYTE_LEVEL_BPE && t.bos_id == BOS3 && is_stop(&t, EOT3) && !is_stop(&t, BOS3),
+          "byte-level file: kind, BOS and stop ids");
+    /* "bc" has the lowest id, so it merges first, and "ab" and "cd" never can;
+       merging the leftmost pair first would give "ab" "cd" */
+    check(encode_equals(&t, "abcd", (int[]){BOS3, 'a', BC, 'd'}, 4), "the lowest id merges first");
+    /* a chunk that is a piece is that piece, though no merge leads to it */
+    check(encode_equals(&t, "xyz", (int[]){BOS3, XYZ}, 2), "a whole chunk that is a piece");
+    check(encode_equals(&t, "xyzx", (int[]){BOS3, 'x', 'y', 'z', 'x'}, 5), "no merges to xyz");
+    check(encode_equals(&t, "a xyz", (int[]){BOS3, 'a', SP_X, 'y', 'z'}, 5), "chunks: 'a', ' xyz'");
+    check(encode_equals(&t, "<|c|>", (int[]){BOS3, '<', '|', 'c', '|', '>'}, 6), "a control token's text is text");
+    check(encode_equals(&t, "\xFF" "a", (int[]){BOS3, 0xEF, 0xBF, 0xBD, 'a'}, 5), "a malformed byte is U+FFFD's bytes");
+    check(encode_equals(&t, "", (int[]){BOS3}, 1), "empty text is BOS alone");
+    int len;
+    const char *p = decode(&t, BOS3, ' ', &len);
+    check(len == 1 && p[0] == ' ', "no space is dropped after BOS");
+    decode(&t, 'a', CONTROL, &len);
+    check(len == 0, "control tokens decode to nothing");
+    FILE *out = tmpfile();
+    print_piece(&t, out, "\x01", 1);
+    print_piece(&t, out, "\xE2", 1);
+    char got[4] = {0};
+    rewind(out);
+    size_t n = fread(got, 1, sizeof got, out);
+    fclose(out);
+    check(n == 2 && memcmp(got, "\x01\xE2", 2) == 0, "byte-level pieces print as raw bytes");
+    free_tokenizer(&t);
+    /* through the program: -m tokenize */
+    char *model = tiny_model_file(256 + N_PIECES);
+    RunResult r;
+    run_args(&r, NULL, model, "-z", path, "-m", "tokenize", "-i", "abcd xyz", NULL);
+    check(r.status == 0 && strcmp(r.out, "262 97 256 100 260 121 122\n") == 0, "run -m tokenize with a byte-level file: %s", r.out);
+    unlink(model), free(model);
+    unlink(path), free(path);
+
+    /* damaged files */
+    struct { int first_special; int32_t bos; int n_stop; int vocab; const char *needle; } bad[] = {
+        {CONTROL, BOS3, 1, 256 + N_PIECES + 1, "tokenizer has 264 pieces, the model's vocabulary 265"},
+        {100, BOS3, 1, 256 + N_PIECES, "first_special is 100"},
+        {CONTROL, 999, 1, 256 + N_PIECES, "special id 999 is outside the vocabulary"},
+        {CONTROL, BOS3, 0, 256 + N_PIECES, "0 stop ids"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int32_t bad_ids[4] = {bad[i].bos, -1, -1, EOT3};
+        char *bad_path = make_byte_level_tokenizer(pieces, N_PIECES, bad[i].first_special, bad_ids, bad[i].n_stop, stops);
+        check(load_fails_with(bad_path, bad[i].vocab, bad[i].needle), "byte-level file: %s", bad[i].needle);
+        unlink(bad_path), free(bad_path);
+    }
+    /* a byte missing: piece 65 ('A') made two bytes long */
+    Buffer b = {0};
+    int32_t header[10] = {(int32_t)TOKENIZER_MAGIC, 1, 256, 16, 256, 0, -1, -1, -1, 1};
+    for (int i = 0; i < 10; i++) put_i32(&b, header[i]);
+    put_i32(&b, 1);
+    for (int i = 0; i < 256; i++) {
+        char two[2] = {(char)i, (char)i};
+        put_i32(&b, i == 'A' ? 2 : 1), put(&b, two, i == 'A' ? 2 : 1);
+    }
+    char *missing = write_temp(b.data, b.n);
+    check(load_fails_with(missing, 256, "byte 0x41 has no piece"), "byte-level file without byte 0x41");
+    unlink(missing), free(missing), free(b.data);
+}
+
+/* Llama 3 chat turns, from a tokenizer exported from ../shared's tokenizer.json,
+   against the ids Hugging Face's tokenizers (the JavaScript port, 0.2.0) gives
+   the text that the model's chat template renders, control tokens parsed. */
+static void test_llama3_chat(const char *python) {
+    char json[4096], out[] = "/tmp/run_test_llama3_XXXXXX", command[16384];
+    snprintf(json, sizeof json, "%s/tokenizer/llama3/tokenizer.json", shared_dir());
+    if (access(json, R_OK) != 0 || !python || !python[0]) {
+        skip("Llama 3 chat turns: needs %s and python3", json);
+        return;
+    }
+    int fd = mkstemp(out);
+    close(fd);
+    snprintf(command, sizeof command, "%s export.py %s --tokenizer %s 2>/dev/null", python, out, json);
+    if (system(command) != 0) {
+        check(0, "export.py --tokenizer %s failed", json);
+        unlink(out);
+        return;
+    }
+    Tokenizer t;
+    load_tokenizer(&t, out, 128256);
+    /* <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a pirate.<|eot_id|>
+       <|start_header_id|>user<|end_header_id|>\n\nHi there!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n */
+    static const int first[] = {128000, 128006, 9125, 128007, 271, 2675, 527, 264, 55066, 13, 128009, 128006, 882,
+                                128007, 271, 13347, 1070, 0, 128009, 128006, 78191, 128007, 271};
+    /* <|start_header_id|>user<|end_header_id|>\n\nAnd you? 'Twas fine.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n */
+    static const int second[] = {128006, 882, 128007, 271, 3112, 499, 30, 364, 51, 16514, 7060, 13, 128009, 128006,
+                                 78191, 128007, 271};
+    TokenList l = chat_turn(&t, 0, "You are a pirate.", "  Hi there! \n");
+    check(l.n == (int)(sizeof first / sizeof *first) && memcmp(l.ids, first, sizeof first) == 0,
+          "Llama 3 chat, first turn (system prompt, user message trimmed): %d tokens", l.n);
+    free(l.ids);
+    l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.");
+    check(l.n == (int)(sizeof second / sizeof *second) && memcmp(l.ids, second, sizeof second) == 0,
+          "Llama 3 chat, second turn: %d tokens", l.n);
+    free(l.ids);
+    check(t.bos_id == 128000 && t.end_of_turn_id == 128009 && is_stop(&t, 128001) && is_stop(&t, 128008) &&
+              is_stop(&t, 128009) && !is_stop(&t, 128000),
+          "Llama 3 BOS and stop ids");
+    free_tokenizer(&t);
+    unlink(out);
+}
+
 static void test_flags(const char *model, const char *tokenizer) {
     static const char *bad[][2] = {
         {"-t", "abc"}, {"-t", "-1"}, {"-t", "nan"}, {"-t", "1.5x"}, {"-p", "1.5"}, {"-p", "-0.1"},
@@ -1454,6 +1650,8 @@ int main(void) {
     char *model = write_temp(v0.data, v0.n), *tokenizer = write_temp(tb->data, tb->n);
     test_checkpoint_errors(tokenizer);
     test_tokenizer_errors(model);
+    test_pretokenizer();
+    test_byte_level_tokenizer();
     test_flags(model, tokenizer);
     test_generate_limits(model, tokenizer);
     test_fuzz_regressions(model, tokenizer);
@@ -1467,6 +1665,7 @@ int main(void) {
     const char *python = getenv("PYTHON");
     if (python && python[0]) run_python_suite(python, "test_export.py", run);
     else printf("note: no python3 with numpy (make sets PYTHON): skipping test_export.py\n");
+    test_llama3_chat(python);
 
     if (have_shared()) {
         test_shared_versions();
@@ -1480,6 +1679,9 @@ int main(void) {
         run_python_suite("python3", script, args);
         snprintf(script, sizeof script, "%s/check_tokenizer.py", tools);
         snprintf(args, sizeof args, "%s", run);
+        run_python_suite("python3", script, args);
+        /* Llama 3: Hugging Face's ids for ../shared's tokenizer.json */
+        snprintf(args, sizeof args, "--tokenizer-json %s/tokenizer/llama3/tokenizer.json %s", shared_dir(), run);
         run_python_suite("python3", script, args);
     } else {
         printf("note: %s/models not found: skipping the shared golden and tokenizer checks\n", shared_dir());

@@ -928,12 +928,107 @@ def check_v0_round_trip(name, v0, v1):
     check_rope_tables(f"{name}: v0 -> v1 -> v0", out)
 
 
+# ===========================================================================
+# Llama 3's byte-level tokenizer: tokenizer.json and tiktoken give one file
+
+def gpt2_bytes_decoder():
+    """GPT-2's byte-level alphabet, from its definition: bytes '!'..'~', 0xA1..0xAC
+    and 0xAE..0xFF are their own character; the other 68 bytes, in order, are
+    U+0100 onwards. Returns {character: byte}."""
+    direct = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
+    others = [b for b in range(256) if b not in direct]
+    decoder = {chr(b): b for b in direct}
+    decoder.update({chr(0x100 + k): b for k, b in enumerate(others)})
+    return decoder
+
+
+def read_byte_level_file(file):
+    """The tokenizer file's header fields and pieces, read by the README's layout."""
+    with open(file, "rb") as f:
+        data = f.read()
+    magic, kind, n, max_len, first_special, bos, start_header, end_header, eot, n_stop = struct.unpack_from("<I9i", data)
+    stops = list(struct.unpack_from(f"<{n_stop}i", data, 40))
+    pos, pieces = 40 + 4 * n_stop, []
+    for _ in range(n):
+        (length,) = struct.unpack_from("<i", data, pos)
+        pieces.append(data[pos + 4:pos + 4 + length])
+        pos += 4 + length
+    header = dict(magic=magic, kind=kind, n=n, max_len=max_len, first_special=first_special, bos=bos,
+                  start_header=start_header, end_header=end_header, eot=eot, stops=stops, trailing=len(data) - pos)
+    return header, pieces
+
+
+def test_llama3_tokenizer():
+    name = "Llama 3 tokenizer"
+    json_file = os.path.join(SHARED, "tokenizer", "llama3", "tokenizer.json")
+    if not os.path.exists(json_file):
+        skip(name, f"{json_file} missing")
+        return
+    with open(json_file, encoding="utf-8") as f:
+        tok = json.load(f)
+    decoder = gpt2_bytes_decoder()
+    raw = {i: bytes(decoder[c] for c in piece) for piece, i in tok["model"]["vocab"].items()}
+
+    from_json = path("llama3_from_json.bin")
+    rc, err = export(from_json, "--tokenizer", json_file)
+    if not ok(f"{name}: export.py --tokenizer tokenizer.json", rc == 0, err):
+        return
+    header, pieces = read_byte_level_file(from_json)
+    ok(f"{name}: header (kind, 128256 pieces, control tokens from 128000, BOS, chat and stop ids)",
+       header["magic"] == 0x6E6B6F74 and header["kind"] == 1 and header["n"] == 128256
+       and header["first_special"] == 128000 and header["bos"] == 128000
+       and (header["start_header"], header["end_header"], header["eot"]) == (128006, 128007, 128009)
+       and header["stops"] == [128001, 128008, 128009] and header["trailing"] == 0
+       and header["max_len"] == max(len(p) for p in pieces), str(header))
+    ok(f"{name}: pieces are tokenizer.json's, as raw bytes", pieces[:128000] == [raw[i] for i in range(128000)])
+    ok(f"{name}: control tokens have no text", all(p == b"" for p in pieces[128000:]))
+
+    # Meta's tokenizer.model: base64 of each piece's bytes, a space, its rank
+    import base64
+    tiktoken_file = path("llama3_tokenizer.model")
+    with open(tiktoken_file, "wb") as f:
+        for i in range(128000):
+            f.write(base64.b64encode(raw[i]) + b" " + str(i).encode() + b"\n")
+    from_tiktoken = path("llama3_from_tiktoken.bin")
+    rc, err = export(from_tiktoken, "--tokenizer", tiktoken_file)
+    ok(f"{name}: tokenizer.json and tiktoken give byte-identical files",
+       rc == 0 and same_bytes(from_json, from_tiktoken), err)
+
+    # what export.py must refuse
+    other = dict(tok)
+    other["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    other_file = path("gpt2_like.json")
+    with open(other_file, "w", encoding="utf-8") as f:
+        json.dump(other, f)
+    rc, err = export(path("refused.bin"), "--tokenizer", other_file)
+    ok(f"{name}: another byte-level pre-tokenizer is refused by name", rc == 1 and "pre_tokenizer" in err, err)
+    short_file = path("short.model")
+    with open(short_file, "wb") as f:
+        for i in range(300):
+            f.write(base64.b64encode(raw[i]) + b" " + str(i).encode() + b"\n")
+    rc, err = export(path("refused.bin"), "--tokenizer", short_file)
+    ok(f"{name}: a tiktoken file that is not Llama 3's is refused", rc == 1 and "300 pieces" in err, err)
+
+
+def test_unicode_tables():
+    import unicodedata
+    name = "run.c's Unicode tables are unicode_tables.py's output"
+    if unicodedata.unidata_version != "14.0.0":
+        skip(name, f"this Python has Unicode {unicodedata.unidata_version}, the tables are 14.0.0")
+        return
+    p = subprocess.run([sys.executable, os.path.join(HERE, "unicode_tables.py"), "--check", os.path.join(HERE, "run.c")],
+                       capture_output=True, text=True)
+    ok(name, p.returncode == 0, p.stderr)
+
+
 def main():
     print(f"export.py tests; ./run = {RUN}{'' if have_run() else ' (missing: generation checks skipped)'}; "
           f"work folder {WORK}")
     try:
         sp_export = test_tokenizer_model()
         test_tokenizer_json(sp_export)
+        test_llama3_tokenizer()
+        test_unicode_tables()
         test_bin_round_trips()
         # Generation checks print text with a 32000-piece tokenizer.bin.
         repo_tok = os.path.join(HERE, "tokenizer.bin")
