@@ -10,8 +10,8 @@ Tokenizers (standard library only):
 
 Models (need numpy; torch only where noted):
 
-  python3 export.py model.bin --hf DIR            # Hugging Face Llama/Mistral folder (safetensors;
-                                                  #   pytorch_model*.bin needs torch)
+  python3 export.py model.bin --hf DIR            # Hugging Face Llama/Mistral folder, Llama 3.x included
+                                                  #   (safetensors; pytorch_model*.bin needs torch)
   python3 export.py model.bin --meta DIR          # Meta's params.json + consolidated.*.pth (torch)
   python3 export.py model.bin --checkpoint ckpt.pt  # llama2.c / train.py checkpoint (torch)
   python3 export.py model.bin --bin old.bin       # any file run.c reads, re-written
@@ -40,7 +40,9 @@ of each head are in interleaved-pair RoPE order (pair i = rows 2i, 2i+1).
       does not read them), classifier if not shared.
   v1: 256-byte header: uint32 magic 0x616b3432, int32 version, config (at 8),
       uint8 shared_classifier (36), int32 group_size (37, v2 only), float32
-      rope_theta (44, 0 = 10000), float32 rms_norm_eps (48, 0 = 1e-5); then fp32
+      rope_theta (44, 0 = 10000), float32 rms_norm_eps (48, 0 = 1e-5), Llama 3.1
+      RoPE scaling (all 0 = none): float32 factor (52), low_freq_factor (56),
+      high_freq_factor (60), int32 original_max_position_embeddings (64); then fp32
       rms_att, rms_ffn, rms_final, token embedding, wq, wk, wv, wo, w1, w2, w3,
       classifier if not shared.
   v2: same header with version 2; fp32 rms_att, rms_ffn, rms_final; then each
@@ -407,6 +409,7 @@ LAYER_TENSORS = ("attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2
 NORMS = ("attention_norm", "ffn_norm", "norm")
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_NORM_EPS = 1e-5
+FLOAT32_MAX = 3.4028234663852886e38
 MAGIC = 0x616B3432
 HEADER_SIZE = 256
 LEGACY_HEADER_SIZE = 28
@@ -475,7 +478,8 @@ def torch_to_numpy(tensor):
 
 class Config:
     def __init__(self, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len,
-                 rope_theta=DEFAULT_ROPE_THETA, norm_eps=DEFAULT_NORM_EPS, shared_classifier=True):
+                 rope_theta=DEFAULT_ROPE_THETA, norm_eps=DEFAULT_NORM_EPS, shared_classifier=True,
+                 rope_scaling=None):
         self.dim = int(dim)
         self.hidden_dim = int(hidden_dim)
         self.n_layers = int(n_layers)
@@ -486,6 +490,9 @@ class Config:
         self.rope_theta = float(rope_theta)
         self.norm_eps = float(norm_eps)
         self.shared_classifier = bool(shared_classifier)
+        # Llama 3.1's RoPE scaling: None, or (factor, low_freq_factor, high_freq_factor,
+        # original_max_position_embeddings), as transformers' rope_type "llama3" has them
+        self.rope_scaling = rope_scaling
 
     @property
     def head_size(self):
@@ -504,6 +511,17 @@ class Config:
             raise ExportError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if min(self.hidden_dim, self.n_layers, self.vocab_size, self.seq_len) <= 0:
             raise ExportError(f"bad model shape: {self}")
+        if self.rope_scaling is not None:
+            factor, low, high, original = self.rope_scaling
+            # the limits run.c's parse_header checks, on the float32 values it reads
+            for name, value in (("factor", factor), ("low_freq_factor", low), ("high_freq_factor", high)):
+                if not (0 < value <= FLOAT32_MAX) or f32(value) == 0:
+                    raise ExportError(f"rope_scaling {name} {value!r} is not a positive float32 number")
+            if not f32(low) < f32(high):
+                raise ExportError(f"rope_scaling high_freq_factor {high!r} is not above low_freq_factor {low!r}")
+            if not (isinstance(original, int) and 0 < original < 2 ** 31):
+                raise ExportError(f"rope_scaling original_max_position_embeddings {original!r} "
+                                  "is not a positive 32-bit integer")
 
     def shape(self, name):
         d, h, kv, v = self.dim, self.hidden_dim, self.kv_dim, self.vocab_size
@@ -518,7 +536,9 @@ class Config:
         return (f"dim {self.dim}, hidden_dim {self.hidden_dim}, {self.n_layers} layers, "
                 f"{self.n_heads} heads, {self.n_kv_heads} KV heads, vocab {self.vocab_size}, "
                 f"seq_len {self.seq_len}, rope_theta {self.rope_theta:g}, norm_eps {self.norm_eps:g}, "
-                f"{'shared' if self.shared_classifier else 'separate'} classifier")
+                f"{'shared' if self.shared_classifier else 'separate'} classifier"
+                + (", RoPE scaling (llama3: factor {:g}, low_freq_factor {:g}, high_freq_factor {:g}, "
+                   "original context {})".format(*self.rope_scaling) if self.rope_scaling else ""))
 
 
 class Source:
@@ -615,7 +635,8 @@ class HuggingFaceSource(Source):
             seq_len=seq_len or hf.get("max_position_embeddings", 2048),
             rope_theta=hf.get("rope_theta", DEFAULT_ROPE_THETA),
             norm_eps=hf.get("rms_norm_eps", 1e-6),  # HF LlamaConfig's default
-            shared_classifier=tied)
+            shared_classifier=tied,
+            rope_scaling=self._rope_scaling(hf))
         self.config.check()
 
     @staticmethod
@@ -641,13 +662,38 @@ class HuggingFaceSource(Source):
             refuse("attention_bias", "attention biases are not supported")
         if hf.get("mlp_bias"):
             refuse("mlp_bias", "MLP biases are not supported")
-        if hf.get("rope_scaling"):
-            refuse("rope_scaling", "RoPE scaling is not supported")
         if hf.get("partial_rotary_factor", 1.0) != 1.0:
             refuse("partial_rotary_factor", "partial RoPE is not supported")
         for field in ("hidden_act", "hidden_activation"):
             if hf.get(field, "silu") != "silu":
                 refuse(field, "only the silu (SwiGLU) activation is supported")
+
+    @staticmethod
+    def _rope_scaling(hf):
+        """Llama 3.1's rope_scaling as Config.rope_scaling; None when there is none;
+        other kinds of scaling refused with their rope_type named."""
+        scaling = hf.get("rope_scaling")
+        if not scaling:
+            return None
+        rope_type = scaling.get("rope_type", scaling.get("type"))  # "type" in older configs
+        if rope_type == "default":
+            return None
+        if rope_type != "llama3":
+            raise ExportError(f"config.json: rope_scaling has rope_type {json.dumps(rope_type)}: only \"llama3\" "
+                              "(Llama 3.1's) RoPE scaling is supported; run.c cannot run this model")
+        keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        missing = [k for k in keys if scaling.get(k) is None]
+        if missing:
+            raise ExportError(f"config.json: rope_scaling (llama3) has no {missing[0]}")
+        for k in keys:
+            value = scaling[k]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ExportError(f"config.json: rope_scaling (llama3) {k} = {json.dumps(value)} is not a number")
+        original = scaling["original_max_position_embeddings"]
+        if not (isinstance(original, int) or original.is_integer()):
+            raise ExportError(f"config.json: rope_scaling (llama3) original_max_position_embeddings = {original} "
+                              "is not a whole number")
+        return tuple(float(scaling[k]) for k in keys[:3]) + (int(original),)
 
     @staticmethod
     def _index(folder):
@@ -744,7 +790,9 @@ class MetaSource(Source):
         with open(os.path.join(folder, "params.json")) as f:
             params = json.load(f)
         if params.get("use_scaled_rope"):
-            raise ExportError("params.json: use_scaled_rope = true: RoPE scaling is not supported by run.c")
+            raise ExportError("params.json: use_scaled_rope = true: params.json does not give the scaling's "
+                              "parameters (Meta's code fixes them per release); export the Hugging Face "
+                              "release with --hf instead")
         paths = sorted(glob.glob(os.path.join(folder, "consolidated.*.pth")))
         if not paths:
             raise ExportError(f"{folder}: no consolidated.*.pth files")
@@ -839,17 +887,22 @@ class BinSource(Source):
             shared = header[36] != 0
             self.group_size = struct.unpack_from("<i", header, 37)[0] if version == 2 else 0
             theta, eps = struct.unpack_from("<ff", header, 44)
+            factor, low, high, original = struct.unpack_from("<fffi", header, 52)
+            scaling = (factor, low, high, original) if factor != 0 else None
+            if factor == 0 and (low, high, original) != (0, 0, 0):
+                raise ExportError(f"{path}: RoPE scaling factor is 0 but its other header fields are not")
             offset = HEADER_SIZE
         else:
             self.version = 0
             fields = struct.unpack_from("<7i", header, 0)
             shared = fields[5] > 0
             theta = eps = 0.0
+            scaling = None
             offset = LEGACY_HEADER_SIZE
         dim, hidden, layers, heads, kv_heads, vocab, seq = fields
         self.config = Config(dim, hidden, layers, heads, kv_heads, abs(vocab), seq,
                              rope_theta=theta or DEFAULT_ROPE_THETA, norm_eps=eps or DEFAULT_NORM_EPS,
-                             shared_classifier=shared)
+                             shared_classifier=shared, rope_scaling=scaling)
         self.config.check()
         if self.version == 2 and (self.group_size <= 0 or dim % self.group_size or hidden % self.group_size):
             raise ExportError(f"{path}: bad group size {self.group_size}")
@@ -898,6 +951,7 @@ def header_v1(config, version, group_size=0):
     theta = 0.0 if f32(c.rope_theta) == f32(DEFAULT_ROPE_THETA) else c.rope_theta
     eps = 0.0 if f32(c.norm_eps) == f32(DEFAULT_NORM_EPS) else c.norm_eps
     head += struct.pack("<ff", theta, eps)
+    head += struct.pack("<fffi", *(c.rope_scaling or (0, 0, 0, 0)))  # offset 52
     return head + b"\0" * (HEADER_SIZE - len(head))
 
 
@@ -949,6 +1003,8 @@ def write_checkpoint(source, out, version, group_size=0):
     """The header of this version, then each tensor in the order of LAYOUTS[version]."""
     c = source.config
     if version == 0:
+        if c.rope_scaling:
+            raise ExportError("version 0 has no place for RoPE scaling (rope_scaling llama3): use --version 1")
         if f32(c.rope_theta) != f32(DEFAULT_ROPE_THETA) or f32(c.norm_eps) != f32(DEFAULT_NORM_EPS):
             raise ExportError(f"version 0 cannot store rope_theta {c.rope_theta:g} or rms_norm_eps {c.norm_eps:g} "
                               f"(it assumes 10000 and 1e-5): use --version 1")

@@ -108,6 +108,11 @@ typedef struct {
     int group_size; /* version 2: values per int8 scale */
     float rope_theta;
     float norm_eps;
+    /* Llama 3.1's RoPE scaling (see rope_frequency()); factor 0 = none */
+    float rope_scaling_factor;
+    float low_freq_factor;
+    float high_freq_factor;
+    int original_max_position_embeddings; /* the context the model was first trained for */
 } Config;
 
 /* A weight matrix of `rows` x `cols`, row-major: fp32 values, or (version 2)
@@ -193,6 +198,26 @@ static uint64_t tensor_bytes(const Config *c, TensorShape s) {
 static int32_t read_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 static float read_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
 
+/* The RoPE scaling fields: all zero (no scaling), or a usable Llama 3.1 rule.
+   rope_frequency() divides by each of them. */
+static void check_rope_scaling(const Config *c, const char *path) {
+    if (c->rope_scaling_factor == 0) {
+        if (c->low_freq_factor != 0 || c->high_freq_factor != 0 || c->original_max_position_embeddings != 0)
+            fail("%s: rope_scaling_factor is 0 (no RoPE scaling) but low_freq_factor, high_freq_factor or "
+                 "original_max_position_embeddings is not", path);
+        return;
+    }
+    if (!(c->rope_scaling_factor > 0 && c->rope_scaling_factor < INFINITY))
+        fail("%s: rope_scaling_factor %g is not a positive number", path, c->rope_scaling_factor);
+    if (!(c->low_freq_factor > 0 && c->low_freq_factor < INFINITY))
+        fail("%s: low_freq_factor %g is not a positive number", path, c->low_freq_factor);
+    if (!(c->high_freq_factor > c->low_freq_factor && c->high_freq_factor < INFINITY))
+        fail("%s: high_freq_factor %g is not a number above low_freq_factor %g", path, c->high_freq_factor,
+             c->low_freq_factor);
+    if (c->original_max_position_embeddings <= 0)
+        fail("%s: original_max_position_embeddings is %d, must be positive", path, c->original_max_position_embeddings);
+}
+
 /* Reads and checks the header; returns the byte size the whole file must have.
    Sizes are computed in 64 bits and every product is checked, so that a hostile
    header cannot wrap an offset. */
@@ -211,6 +236,10 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
         c->group_size = c->version == 2 ? read_i32(h + 37) : 0;
         c->rope_theta = read_f32(h + 44);
         c->norm_eps = read_f32(h + 48);
+        c->rope_scaling_factor = read_f32(h + 52);
+        c->low_freq_factor = read_f32(h + 56);
+        c->high_freq_factor = read_f32(h + 60);
+        c->original_max_position_embeddings = read_i32(h + 64);
         offset = HEADER_SIZE;
     } else {
         if (avail < LEGACY_HEADER_SIZE)
@@ -243,6 +272,7 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
     if (c->norm_eps == 0) c->norm_eps = 1e-5f;
     if (!(c->rope_theta > 0 && c->rope_theta < INFINITY)) fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
     if (!(c->norm_eps > 0 && c->norm_eps < 1)) fail("%s: rms_norm_eps %g is not in (0, 1)", path, c->norm_eps);
+    check_rope_scaling(c, path);
 
     /* Count the bytes. Each field is below 2^31, so a sum in double precision
        first tells whether the exact 64-bit sum could overflow. */
@@ -372,6 +402,24 @@ static float *alloc_cache(size_t count) {
     return p;
 }
 
+/* The angle per position of pair i/2 (i even) of every head: theta^(-i/head_size),
+   with the same float expression as llama2.c, so files without scaling give its
+   results bit for bit. Llama 3.1's scaling (transformers' rope_type "llama3")
+   slows the pairs whose wavelength (positions per turn) is long next to the
+   original context: by the factor beyond original / low_freq_factor positions,
+   not at all below original / high_freq_factor, and by a blend in between. */
+static float rope_frequency(const Config *c, int i, int head_size) {
+    float freq = 1.0f / powf(c->rope_theta, i / (float)head_size);
+    if (c->rope_scaling_factor == 0) return freq;
+    float wavelength = 2 * (float)M_PI / freq;
+    float original = (float)c->original_max_position_embeddings;
+    if (wavelength < original / c->high_freq_factor) return freq;
+    if (wavelength > original / c->low_freq_factor) return freq / c->rope_scaling_factor;
+    /* smooth goes from 0 at the long end of the band to 1 at the short end */
+    float smooth = (original / wavelength - c->low_freq_factor) / (c->high_freq_factor - c->low_freq_factor);
+    return (1 - smooth) * freq / c->rope_scaling_factor + smooth * freq;
+}
+
 /* Buffers for positions 0 .. n_pos - 1 (generate and chat stay below -n). */
 static void init_run_state(RunState *s, const Config *c, int n_pos) {
     size_t kv_dim = (size_t)c->dim / c->n_heads * c->n_kv_heads;
@@ -390,13 +438,12 @@ static void init_run_state(RunState *s, const Config *c, int n_pos) {
     s->value_cache = alloc_cache((size_t)c->n_layers * n_pos * kv_dim);
     s->xq.q = xcalloc(widest, 1);
     s->xq.scale = xcalloc(widest, sizeof(float));
-    /* RoPE angles depend only on position and pair index: compute them once,
-       with the same float expression as llama2.c so results match bit for bit */
+    /* RoPE angles depend only on position and pair index: compute them once */
     s->rope_cos = xcalloc((size_t)n_pos * head_size / 2, sizeof(float));
     s->rope_sin = xcalloc((size_t)n_pos * head_size / 2, sizeof(float));
     for (int pos = 0; pos < n_pos; pos++) {
         for (size_t i = 0; i < head_size; i += 2) {
-            float freq = 1.0f / powf(c->rope_theta, i / (float)head_size);
+            float freq = rope_frequency(c, (int)i, (int)head_size);
             float angle = pos * freq;
             s->rope_cos[pos * head_size / 2 + i / 2] = cosf(angle);
             s->rope_sin[pos * head_size / 2 + i / 2] = sinf(angle);
@@ -508,7 +555,7 @@ static void embed(float *out, const Matrix *table, int token, int dim, int group
 }
 
 /* Rotary position embedding: each adjacent pair (v[2i], v[2i+1]) of every head
-   is rotated by the angle pos * theta^(-2i/head_size). */
+   is rotated by the angle pos * theta^(-2i/head_size) (see rope_frequency()). */
 static void rope(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos) {
     for (float *head = v; head < v + n; head += head_size)
         for (int i = 0; i < head_size; i += 2) {

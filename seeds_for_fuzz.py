@@ -116,6 +116,8 @@ def main():
     write(ck_dir, "v1_cut_header", tiny["v1_shared"][:100])
     write(ck_dir, "v1_version9", tiny["v1_shared"][:4] + struct.pack("<i", 9) + tiny["v1_shared"][8:])
     write(ck_dir, "v1_nan_eps", tiny["v1_shared"][:48] + struct.pack("<f", float("nan")) + tiny["v1_shared"][52:])
+    scaled = struct.pack("<fffi", 8.0, 1.0, 4.0, 2)  # Llama 3.1's RoPE scaling, original context 2
+    write(ck_dir, "v1_rope_scaled", tiny["v1_shared"][:52] + scaled + tiny["v1_shared"][68:])
     write(ck_dir, "huge_header", struct.pack("<7i", 65536, 2**31 - 1, 2**31 - 1, 2, 2, 2**31 - 1, 2**31 - 1))
     write(ck_dir, "empty", b"")
 

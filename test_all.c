@@ -9,6 +9,7 @@
 #include "run.c"
 #undef main
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 static int passed, failed, skipped;
@@ -312,6 +313,51 @@ static void test_rope(void) {
     free_run_state(&s);
 }
 
+/* Llama 3.1's RoPE scaling, from its definition (transformers'
+   _compute_llama3_parameters), in double precision: the unscaled frequency,
+   kept when its wavelength is below original / high, divided by factor above
+   original / low, and in between (1 - s) * f / factor + s * f, where
+   s = (original / wavelength - low) / (high - low). */
+static double llama3_frequency(double theta, int i, int head_size, double factor, double low, double high,
+                               double original) {
+    double freq = pow(theta, -(double)i / head_size), wavelength = 2 * M_PI / freq;
+    if (factor == 0 || wavelength < original / high) return freq;
+    if (wavelength > original / low) return freq / factor;
+    double s = (original / wavelength - low) / (high - low);
+    return (1 - s) * freq / factor + s * freq;
+}
+
+static void test_rope_scaling(void) {
+    /* Llama 3.2 1B's rule and head size; pairs fall in all three bands */
+    Config c = {.rope_theta = 500000.0f, .rope_scaling_factor = 32, .low_freq_factor = 1, .high_freq_factor = 4,
+                .original_max_position_embeddings = 8192};
+    enum { HS = 64 };
+    int bands[3] = {0}; /* unchanged, smoothed, divided */
+    double worst = 0;
+    for (int i = 0; i < HS; i += 2) {
+        double want = llama3_frequency(500000, i, HS, 32, 1, 4, 8192), plain = pow(500000, -(double)i / HS);
+        worst = fmax(worst, fabs(rope_frequency(&c, i, HS) - want) / want);
+        bands[want == plain ? 0 : fabs(want - plain / 32) < 1e-12 * plain ? 2 : 1]++;
+    }
+    check(worst < 1e-5 && bands[0] && bands[1] && bands[2],
+          "rope_frequency with Llama 3 scaling is off the definition by %g (relative); pairs unchanged %d, "
+          "smoothed %d, divided %d", worst, bands[0], bands[1], bands[2]);
+    /* hand-worked: pair 0 turns once in 2 pi positions, far below 8192 / 4:
+       unchanged; the slowest pair (wavelength 2 pi * 500000^(62/64), ~2.1 million)
+       is divided by 32 */
+    check(rope_frequency(&c, 0, HS) == 1.0f, "the fastest pair keeps frequency 1");
+    float slowest = 1.0f / powf(500000.0f, 62.0f / HS);
+    check(fabsf(rope_frequency(&c, 62, HS) - slowest / 32) <= 1e-6f * slowest / 32,
+          "the slowest pair's frequency is divided by the factor 32");
+    /* a pair in the middle of the band: frequency f = 1 / theta (i = head_size),
+       wavelength 8192 / 2.5, so s = (2.5 - 1) / (4 - 1) = 0.5: f / 8 / 2 + f / 2 */
+    Config mid = {.rope_theta = (float)(8192 / 2.5 / (2 * M_PI)), .rope_scaling_factor = 8, .low_freq_factor = 1,
+                  .high_freq_factor = 4, .original_max_position_embeddings = 8192};
+    double f = 2 * M_PI * 2.5 / 8192;
+    check(fabs(rope_frequency(&mid, 2, 2) - 0.5625 * f) < 1e-5 * f, "mid-band pair: frequency %g, want 0.5625 * %g",
+          rope_frequency(&mid, 2, 2), f);
+}
+
 static void test_attention(void) {
     enum { HS = 6, KV_DIM = 12, POS = 4 };
     float q[HS], keys[(POS + 1) * KV_DIM], values[(POS + 1) * KV_DIM], att[POS + 1], out[HS];
@@ -588,6 +634,8 @@ static void test_tokenizer(void) {
 
 typedef struct {
     int dim, hidden, layers, heads, kv_heads, vocab, seq_len, shared;
+    float rope_factor, low_freq_factor, high_freq_factor; /* Llama 3 RoPE scaling; 0 = none */
+    int original_context;
     float *emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *cls;
 } TinyModel;
 
@@ -627,6 +675,10 @@ static void put_v1_header(Buffer *b, const TinyModel *m, int version, int group_
     memcpy(hdr + 37, &group_size, 4);
     memcpy(hdr + 44, &theta, 4);
     memcpy(hdr + 48, &eps, 4);
+    memcpy(hdr + 52, &m->rope_factor, 4);
+    memcpy(hdr + 56, &m->low_freq_factor, 4);
+    memcpy(hdr + 60, &m->high_freq_factor, 4);
+    memcpy(hdr + 64, &m->original_context, 4);
     put(b, hdr, sizeof hdr);
 }
 
@@ -706,7 +758,8 @@ static Buffer write_checkpoint(TinyModel *m, int version, int gs, float theta, f
 
 /* Reference forward pass in double precision, written plainly and separately
    from run.c: recomputes attention over all positions of `tokens` and returns
-   the logits of the last one. theta and eps as stored in the model. */
+   the logits of the last one. theta and eps as stored in the model; RoPE scaled
+   when the model says so. */
 static void reference_logits(const TinyModel *m, const int *tokens, int n, double theta, double eps, double *logits) {
     int d = m->dim, hs = d / m->heads, kvd = hs * m->kv_heads, h = m->hidden;
     double *x = calloc((size_t)n * d, sizeof(double)), *xn = calloc(d, sizeof(double));
@@ -734,7 +787,9 @@ static void reference_logits(const TinyModel *m, const int *tokens, int n, doubl
                 k[p * kvd + r] = sk, v[p * kvd + r] = sv;
             }
             for (int i = 0; i < d; i += 2) {
-                double ang = p / pow(theta, (double)(i % hs) / hs), c = cos(ang), s = sin(ang);
+                double freq = llama3_frequency(theta, i % hs, hs, m->rope_factor, m->low_freq_factor,
+                                               m->high_freq_factor, m->original_context);
+                double ang = p * freq, c = cos(ang), s = sin(ang);
                 double q0 = q[p * d + i], q1 = q[p * d + i + 1];
                 q[p * d + i] = q0 * c - q1 * s, q[p * d + i + 1] = q0 * s + q1 * c;
                 if (i < kvd) {
@@ -884,6 +939,16 @@ static void test_forward_matches_reference(void) {
               q_scale);
         test_batched_forward(p3, "v2");
         unlink(p3), free(p3), free(v2.data);
+        /* Llama 3 RoPE scaling: with theta 4 and head size 4, pair 0 (wavelength
+           2 pi) is in the smoothed band and pair 1 (4 pi) beyond original / low = 8,
+           so the angles change by up to 5 * 0.375 rad over the six positions */
+        m.rope_factor = 4, m.low_freq_factor = 1, m.high_freq_factor = 2, m.original_context = 8;
+        Buffer scaled = write_checkpoint(&m, 1, 0, 4.0f, 0);
+        char *p4 = write_temp(scaled.data, scaled.n);
+        double e4 = forward_error(p4, &m, 4, 1e-5, &scale);
+        check(e4 < 1e-4, "v1 forward with Llama 3 RoPE scaling (shared=%d) is off the reference by %g", shared, e4);
+        test_batched_forward(p4, "v1 with RoPE scaling");
+        unlink(p4), free(p4), free(scaled.data);
         unlink(p0), unlink(p1), unlink(p2);
         free(p0), free(p1), free(p2), free(v0.data), free(v1.data), free(v1_theta.data);
         free_tiny(&m);
@@ -895,6 +960,7 @@ static void test_forward_matches_reference(void) {
 
 typedef struct {
     int status; /* exit code, or 128 + signal */
+    long max_rss_kb; /* the child's peak resident memory */
     char out[65536];
     char err[4096];
 } RunResult;
@@ -922,7 +988,9 @@ static void run_program(RunResult *r, const char *stdin_text, int argc, char **a
         exit(run_main(argc, argv));
     }
     int st;
-    waitpid(pid, &st, 0);
+    struct rusage usage;
+    wait4(pid, &st, 0, &usage);
+    r->max_rss_kb = usage.ru_maxrss;
     r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     slurp(out_fd, r->out, sizeof r->out);
     slurp(err_fd, r->err, sizeof r->err);
@@ -1007,6 +1075,38 @@ static void test_checkpoint_errors(const char *tokenizer) {
     int32_t group = 5;
     memcpy(v1.data + 37, &group, 4);
     expect_model_error("group size not dividing dim", v1.data, v1.n, "does not divide", tokenizer);
+    version = 1;
+    memcpy(v1.data + 4, &version, 4);
+
+    /* RoPE scaling at 52: factor, low_freq_factor, high_freq_factor (float32),
+       original_max_position_embeddings (int32); all zero, or a usable rule */
+    static const struct { float factor, low, high; int32_t original; const char *needle; } scaling[] = {
+        {0, 1, 4, 8192, "rope_scaling_factor is 0 (no RoPE scaling) but"},
+        {0, 0, 0, 8192, "rope_scaling_factor is 0 (no RoPE scaling) but"},
+        {-8, 1, 4, 8192, "rope_scaling_factor -8 is not a positive number"},
+        {NAN, 1, 4, 8192, "rope_scaling_factor nan is not a positive number"},
+        {INFINITY, 1, 4, 8192, "rope_scaling_factor inf is not a positive number"},
+        {8, 0, 4, 8192, "low_freq_factor 0 is not a positive number"},
+        {8, 4, 4, 8192, "high_freq_factor 4 is not a number above low_freq_factor 4"},
+        {8, 1, NAN, 8192, "high_freq_factor nan is not a number above"},
+        {8, 1, 4, 0, "original_max_position_embeddings is 0, must be positive"},
+        {8, 1, 4, -5, "original_max_position_embeddings is -5"},
+    };
+    for (size_t i = 0; i < sizeof scaling / sizeof scaling[0]; i++) {
+        memcpy(v1.data + 52, &scaling[i].factor, 4);
+        memcpy(v1.data + 56, &scaling[i].low, 4);
+        memcpy(v1.data + 60, &scaling[i].high, 4);
+        memcpy(v1.data + 64, &scaling[i].original, 4);
+        expect_model_error(scaling[i].needle, v1.data, v1.n, scaling[i].needle, tokenizer);
+    }
+    float llama31[3] = {8, 1, 4};
+    int32_t original = 8192;
+    memcpy(v1.data + 52, llama31, 12);
+    memcpy(v1.data + 64, &original, 4);
+    char *scaled = write_temp(v1.data, v1.n);
+    run_args(&r, NULL, scaled, "-z", tokenizer, "-n", "4", "-i", "1", NULL);
+    check(r.status == 0, "Llama 3.1's RoPE scaling (8, 1, 4, 8192) loads and runs: %d %s", r.status, r.err);
+    unlink(scaled), free(scaled);
 
     free(v0.data), free(v1.data);
     free_tiny(&m);
@@ -1441,8 +1541,6 @@ static void run_python_suite(const char *python, const char *script, const char 
    of the ones marked (UB) is caught only by `make test-sanitize`, whose
    -fsanitize=float-cast-overflow GCC's -fsanitize=undefined leaves out. */
 
-#include <sys/resource.h>
-
 /* Fuzz finding 1 (fuzz_checkpoint, UBSan): quantize() converted x / scale to
    int8 with no range check. NaN/inf activations (weights may hold any float) or
    a subnormal scale (max/127 rounding down: 190 ulp / 1 ulp = 190) put the value
@@ -1535,15 +1633,41 @@ static void test_huge_seq_len(const char *tokenizer) {
     int32_t seq_len = 1 << 26;
     memcpy(v1.data + 8 + 6 * 4, &seq_len, 4);
     char *path = write_temp(v1.data, v1.n);
-    struct rusage before, after;
-    getrusage(RUSAGE_CHILDREN, &before);
     RunResult r;
     run_args(&r, NULL, path, "-z", tokenizer, "-n", "4", "-i", "1", NULL);
-    getrusage(RUSAGE_CHILDREN, &after);
     check(r.status == 0, "v1 header with seq_len 2^26, -n 4: want exit 0, got %d: %s", r.status, r.err);
-    check(after.ru_maxrss < 400 * 1024, "v1 header with seq_len 2^26, -n 4: peak RSS %ld KB, want well under 1 GB",
-          after.ru_maxrss);
-    (void)before;
+    check(r.max_rss_kb < 400 * 1024, "v1 header with seq_len 2^26, -n 4: peak RSS %ld KB, want well under 1 GB",
+          r.max_rss_kb);
+    unlink(path), free(path), free(v1.data);
+    free_tiny(&m);
+}
+
+/* A Llama 3 header (seq_len 131072, RoPE scaling) run with -n 4096 holds 4096
+   positions: a model with 16 KB of KV cache per position (8 layers of 2 x 256
+   floats, 2 GB for all 131072 positions) peaks near its 9 MB file plus 64 MB of
+   cache (about 100 MB; 240 MB under AddressSanitizer), far below 2 GB. Chat on an
+   empty stdin readies the model and stops. */
+static void test_long_context_memory(const char *tokenizer) {
+    TinyModel m = {.dim = 256, .hidden = 32, .layers = 8, .heads = 4, .kv_heads = 4, .vocab = 40, .seq_len = 131072,
+                   .shared = 1, .rope_factor = 32, .low_freq_factor = 1, .high_freq_factor = 4,
+                   .original_context = 8192};
+    size_t d = m.dim, l = m.layers, h = m.hidden;
+    m.emb = random_tensor(m.vocab * d, 1, 0), m.cls = m.emb;
+    m.rms_att = random_tensor(l * d, 0, 1), m.rms_ffn = random_tensor(l * d, 0, 1), m.rms_final = random_tensor(d, 0, 1);
+    m.wq = random_tensor(l * d * d, 0.05f, 0), m.wk = random_tensor(l * d * d, 0.05f, 0);
+    m.wv = random_tensor(l * d * d, 0.05f, 0), m.wo = random_tensor(l * d * d, 0.05f, 0);
+    m.w1 = random_tensor(l * h * d, 0.05f, 0), m.w2 = random_tensor(l * d * h, 0.05f, 0);
+    m.w3 = random_tensor(l * h * d, 0.05f, 0);
+    Buffer v1 = write_checkpoint(&m, 1, 0, 500000.0f, 0);
+    char *path = write_temp(v1.data, v1.n);
+    RunResult r;
+    run_args(&r, NULL, path, "-z", tokenizer, "-n", "4096", "-m", "chat", NULL);
+    long file_kb = (long)(v1.n >> 10), cache_kb = (long)(2 * l * 4096 * d * sizeof(float) >> 10);
+    check(r.status == 0 && r.max_rss_kb < 32 * cache_kb / 4,
+          "seq_len 131072 with -n 4096: exit %d, peak RSS %ld KB (file %ld KB, KV cache for 4096 positions %ld KB), "
+          "want under a quarter of the %ld KB that 131072 positions would take %s", r.status, r.max_rss_kb,
+          file_kb, cache_kb, 32 * cache_kb, r.err);
+    printf("seq_len 131072, -n 4096: peak RSS %ld KB (file %ld KB, KV cache %ld KB)\n", r.max_rss_kb, file_kb, cache_kb);
     unlink(path), free(path), free(v1.data);
     free_tiny(&m);
 }
@@ -1601,6 +1725,7 @@ static void test_fuzz_regressions(const char *model, const char *tokenizer) {
     test_nan_weights_run(tokenizer);
     test_small_vocab(tokenizer);
     test_huge_seq_len(tokenizer);
+    test_long_context_memory(tokenizer);
     test_max_token_length(model);
     test_strict_numbers(model, tokenizer);
     test_threads_deterministic();
@@ -1635,6 +1760,7 @@ int main(void) {
     test_matvec();
     test_quantize();
     test_rope();
+    test_rope_scaling();
     test_attention();
     test_swiglu();
     test_kernel_sets();

