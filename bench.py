@@ -89,11 +89,11 @@ def models(name, args):
     return fp32, int8
 
 
-def run(model, threads, prompt, steps, kernels=None, fatal=True):
-    """Runs ./run (with RUN_KERNELS=kernels if given); returns (prompt tok/s,
-    decode tok/s, peak RSS in MB, generated tokens), or, when it fails and not
-    fatal, its error message."""
-    cmd = [RUN, model, "-z", TOKENIZER, "-t", "0", "-j", str(threads), "-n", str(steps), "-i", prompt]
+def run(model, threads, prompt, steps, kernels=None, fatal=True, extra=()):
+    """Runs ./run (with RUN_KERNELS=kernels if given, and `extra` flags); returns
+    (prompt tok/s, decode tok/s, peak RSS in MB, generated tokens), or, when it
+    fails and not fatal, its error message."""
+    cmd = [RUN, model, "-z", TOKENIZER, "-t", "0", "-j", str(threads), "-n", str(steps), "-i", prompt] + list(extra)
     env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     err = p.stderr.read().decode()
@@ -103,7 +103,35 @@ def run(model, threads, prompt, steps, kernels=None, fatal=True):
             return err.strip()
         sys.exit(f"bench: {' '.join(cmd[:2])} failed: {err.strip()}")
     m = re.search(r"prompt: (\d+) tokens, ([\d.]+) tok/s; generated: (\d+) tokens, ([\d.]+) tok/s", err)
+    global last_acceptance
+    drafted = re.search(r"drafted: (\d+), accepted: (\d+)", err)
+    last_acceptance = int(drafted.group(2)) / max(1, int(drafted.group(1))) if drafted else None
     return float(m.group(2)), float(m.group(4)), usage.ru_maxrss / 1024, int(m.group(3))
+
+
+last_acceptance = None  # of the last run() with a draft: accepted / drafted
+
+
+def speculative_bench(kernels):
+    """stories110M fp32, greedy, all cores: plain decoding beside speculative
+    decoding with the int8 copy as draft and with prompt lookup (best of three,
+    alternated). The weights are random, and such a model's text repeats, which
+    flatters both drafts' acceptance next to a trained model's."""
+    fp32, int8 = models(*SHAPES[1][:2])
+    cores = os.cpu_count() or 1
+    setups = [("plain", ()), ("draft: int8 copy, -k 4", ("-d", int8, "-k", "4")), ("prompt lookup, -l 3", ("-l", "3"))]
+    best = {name: (0.0, None) for name, _ in setups}
+    for _ in range(3):
+        for name, extra in setups:
+            decode = run(fp32, cores, "Once", 256, kernels, extra=extra)[1]
+            if decode > best[name][0]:
+                best[name] = (decode, last_acceptance)
+    plain = best["plain"][0]
+    print(f"speculative decoding, stories110M fp32, greedy, {cores} threads, 256 positions (the text is the same in each):")
+    for name, _ in setups:
+        decode, acceptance = best[name]
+        rate = f", {100 * acceptance:.0f}% of drafted tokens accepted" if acceptance is not None else ""
+        print(f"  {name:<24} decode {decode:6.1f} tok/s ({decode / plain:.2f}x){rate}")
 
 
 def build_llama2c():
@@ -277,6 +305,7 @@ def main():
             at_2000 = max(at_2000, run(int8, cores, near, 2000, kernels)[1])
         print(f"TinyLlama-1.1B int8, {cores} threads: decode {at_100:.1f} tok/s after a 100-token prompt, "
               f"{at_2000:.1f} tok/s at positions 1950-2000 ({100 * (at_2000 / at_100 - 1):+.0f}%), best of 3 runs each")
+    speculative_bench(kernels)
     compare(prompt, kernels or "avx2")
     tokenizer_bench()
 

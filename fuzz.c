@@ -249,7 +249,7 @@ static void exercise_model(const uint8_t *data, size_t size) {
     RunState s;
     Batch b;
     init_run_state(&s, c, c->seq_len);
-    init_batch(&b, c, &s, 1);
+    init_batch(&b, c, &s, 1, 0);
     Sampler sampler = {c->vocab_size, 1.0f, 0.9f, 42, xmalloc((size_t)c->vocab_size * sizeof(ProbIndex)), softmax};
     int tokens[3] = {BOS_ID, 0, 0};
     for (int i = 1; i < 3; i++) tokens[i] = size > (size_t)i ? data[size - i] % c->vocab_size : 0;

@@ -1245,6 +1245,34 @@ static int sample(Sampler *s, float *logits) {
     return sample_topp(logits, s->vocab_size, s->topp, s->probindex, coin);
 }
 
+/* The distribution sample() draws from, written over the logits: temperature,
+   softmax, then with top-p only the nucleus, renormalised. (Speculative
+   sampling compares the draft's and the target's; Part III.) */
+static void sampling_distribution(Sampler *s, float *logits) {
+    int n = s->vocab_size;
+    for (int i = 0; i < n; i++) logits[i] /= s->temperature;
+    s->softmax(logits, n);
+    if (s->topp <= 0 || s->topp >= 1) return;
+    /* sample_topp()'s nucleus: the same cutoff, order and cumulative sum */
+    int n0 = 0;
+    const float cutoff = (1.0f - s->topp) / (n - 1);
+    for (int i = 0; i < n; i++)
+        if (logits[i] >= cutoff) s->probindex[n0++] = (ProbIndex){logits[i], i};
+    if (n0 == 0) return;
+    qsort(s->probindex, n0, sizeof(ProbIndex), compare_prob_desc);
+    float cumulative_prob = 0.0f;
+    int last = n0 - 1;
+    for (int i = 0; i < n0; i++) {
+        cumulative_prob += s->probindex[i].prob;
+        if (cumulative_prob > s->topp) {
+            last = i;
+            break;
+        }
+    }
+    memset(logits, 0, n * sizeof(float));
+    for (int i = 0; i <= last; i++) logits[s->probindex[i].index] = s->probindex[i].prob / cumulative_prob;
+}
+
 /* ========================================================================= */
 /* PART II: THE SPEED                                                        */
 /*                                                                           */
@@ -3182,7 +3210,9 @@ typedef struct {
     float *out_t;       /* batched matmuls' outputs before transposing back [rows of all projections][MAX_BATCH] */
 } Batch;
 
-static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads) {
+/* classify_all: forward_batch() may be asked for every token's logits, so
+   out_t also has room for the classifier's rows. */
+static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, int classify_all) {
     size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     b->s = s;
     b->x = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
@@ -3200,6 +3230,7 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads) {
     size_t groups = c->version == 2 ? widest / c->group_size : 0;
     b->q8_tokens = c->version == 2 ? xcalloc(MAX_BATCH * (2 * widest + 8 * groups), 1) : NULL;
     size_t projected_rows = 3 * (size_t)c->dim > 2 * (size_t)c->hidden_dim ? 3 * (size_t)c->dim : 2 * (size_t)c->hidden_dim;
+    if (classify_all && (size_t)c->vocab_size > projected_rows) projected_rows = c->vocab_size;
     b->out_t = xcalloc(MAX_BATCH * projected_rows, sizeof(float));
 }
 
@@ -3382,10 +3413,11 @@ static void attention(Batch *b, const Config *c, int layer, int T, int pos) {
 /* forward_batch(): forward() for many tokens at once                         */
 
 /* Runs tokens[0..T) at positions pos..pos+T-1 (T <= MAX_BATCH) through the
-   model and, when asked, returns the logits of the last one: the steps of
-   forward(), each for the whole batch and on all threads. Each weight is read
-   once per batch instead of once per token. */
-static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, int T, int pos, int want_logits) {
+   model: the steps of forward(), each for the whole batch and on all threads.
+   Each weight is read once per batch instead of once per token. `logits`: NULL
+   for none, the run state's s->logits for the last token's, or a buffer of
+   [T][vocab_size] for every token's (speculative decoding checks them all). */
+static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, int T, int pos, float *logits) {
     const Config *c = &ck->config;
     const Weights *w = &ck->weights;
     RunState *s = b->s;
@@ -3420,13 +3452,18 @@ static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, i
         matmul(b, b->hb, hidden_dim, T, gs, &down, 1);
         add(b->x, b->xb, T * dim);
     }
-    if (!want_logits) return NULL;
-
-    float *last = b->x + (size_t)(T - 1) * dim;
-    rmsnorm(last, last, w->rms_final, dim, c->norm_eps);
-    Projection classifier = {&w->classifier, s->logits, c->vocab_size};
-    matmul(b, last, dim, 1, gs, &classifier, 1);
-    return s->logits;
+    if (!logits) return NULL;
+    if (logits == s->logits) { /* the last token's only */
+        float *last = b->x + (size_t)(T - 1) * dim;
+        rmsnorm(last, last, w->rms_final, dim, c->norm_eps);
+        Projection classifier = {&w->classifier, logits, c->vocab_size};
+        matmul(b, last, dim, 1, gs, &classifier, 1);
+        return logits;
+    }
+    rmsnorm_batch(b->x, b->x, w->rms_final, T, dim, c->norm_eps);
+    Projection classifier = {&w->classifier, logits, c->vocab_size};
+    matmul(b, b->x, dim, T, gs, &classifier, 1);
+    return logits;
 }
 
 /* Any number of tokens from position pos on, in batches; the last one's logits. */
@@ -3434,7 +3471,7 @@ static float *forward_tokens(const Checkpoint *ck, Batch *b, const int *tokens, 
     float *logits = NULL;
     for (int done = 0; done < n; done += MAX_BATCH) {
         int batch = n - done < MAX_BATCH ? n - done : MAX_BATCH;
-        logits = forward_batch(ck, b, tokens + done, batch, pos + done, done + batch == n);
+        logits = forward_batch(ck, b, tokens + done, batch, pos + done, done + batch == n ? b->s->logits : NULL);
     }
     return logits;
 }
@@ -3451,59 +3488,205 @@ typedef struct {
 #ifndef RUN_PLAIN
     Batch batch;
 #endif
-    void (*softmax)(float *x, int n); /* for the sampler: softmax(), or its fast twin */
 } Model;
 
-/* Readies the model for positions 0 .. n_pos - 1 on n_threads threads:
-   chooses the kernel set (RUN_KERNELS caps it), starts the threads and brings
-   the weights into memory. */
-static void start_model(Model *m, int n_pos, int n_threads) {
+/* Chooses the kernel set (RUN_KERNELS caps it) and starts the threads, once
+   for every model; returns the sampler's softmax (Part I's, or its fast twin). */
+typedef void (*SoftmaxFn)(float *x, int n);
+static SoftmaxFn start_compute(int n_threads) {
     const char *cap = getenv("RUN_KERNELS");
 #ifdef RUN_PLAIN
     if (cap && strcmp(cap, "plain") != 0) fail("RUN_KERNELS=%s: this build has only the plain kernels (RUN_PLAIN)", cap);
     (void)n_threads;
-    init_run_state(&m->state, &m->ck.config, n_pos);
-    m->softmax = softmax;
+    return softmax;
 #else
     kernels = choose_kernels(cap);
     start_threads(n_threads);
-    prefault_checkpoint(&m->ck);
+    return kernels->softmax;
+#endif
+}
+
+static void stop_compute(void) {
+#ifndef RUN_PLAIN
+    stop_threads();
+#endif
+}
+
+/* Readies the model for positions 0 .. n_pos - 1 and brings its weights into
+   memory; classify_all: run_tokens() may be asked for every token's logits. */
+static void start_model(Model *m, int n_pos, int classify_all) {
     init_run_state(&m->state, &m->ck.config, n_pos);
-    init_batch(&m->batch, &m->ck.config, &m->state, n_threads);
-    m->softmax = kernels->softmax;
+#ifndef RUN_PLAIN
+    prefault_checkpoint(&m->ck);
+    init_batch(&m->batch, &m->ck.config, &m->state, pool.n_threads, classify_all);
+#else
+    (void)classify_all;
 #endif
 }
 
 static void stop_model(Model *m) {
 #ifndef RUN_PLAIN
     free_batch(&m->batch);
-    stop_threads();
 #endif
     free_run_state(&m->state);
 }
 
-/* Runs tokens[0..n) at positions pos.. and returns the last one's logits:
+/* Runs tokens[0..n) at positions pos.. and returns the last one's logits; with
+   all_logits ([n][vocab_size], n <= MAX_DRAFT + 1), every token's go there.
    Part II's batched forward when it is built, else forward() one at a time. */
-static float *run_tokens(Model *m, const int *tokens, int n, int pos) {
+static float *run_tokens(Model *m, const int *tokens, int n, int pos, float *all_logits) {
 #ifdef RUN_PLAIN
     float *logits = NULL;
-    for (int i = 0; i < n; i++) logits = forward(&m->ck, &m->state, tokens[i], pos + i);
+    for (int i = 0; i < n; i++) {
+        logits = forward(&m->ck, &m->state, tokens[i], pos + i);
+        if (all_logits) memcpy(all_logits + (size_t)i * m->ck.config.vocab_size, logits, m->ck.config.vocab_size * sizeof(float));
+    }
     return logits;
 #else
+    if (all_logits) return forward_batch(&m->ck, &m->batch, tokens, n, pos, all_logits);
     return forward_tokens(&m->ck, &m->batch, tokens, n, pos);
 #endif
 }
 
-static void report_speed(int prompt_tokens, double prompt_seconds, int generated, double generate_seconds) {
-    fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n",
+/* ------------------------------------------------------------------------- */
+/* Decoding, plain or speculative                                             */
+
+/* Speculative decoding: a cheap guesser drafts the next few tokens, and the
+   model runs them all in one batched pass, which reads its weights once. The
+   draft is a smaller model (-d) or the text itself (-l: the tokens that followed
+   the last earlier occurrence of the latest n-gram). The model keeps the drafted
+   tokens it would have produced itself, and one of its own. With a model draft
+   at -t > 0, the rule of speculative sampling (Leviathan et al., Chen et al.)
+   keeps the output distribution exactly the model's. Greedy, and with -l, the
+   model draws each token exactly as without a draft, so the text is the same
+   byte for byte (batched logits are bit-identical to one token at a time). */
+enum { MAX_DRAFT = 32 };
+
+typedef struct {
+    Model *draft;      /* -d, or NULL */
+    int lookup;        /* -l: the longest n-gram matched, 0 = off */
+    int max_draft;     /* -k: tokens drafted per step */
+    int *seq;          /* every token so far: seq[i] is at position i */
+    int n_seq, cap;
+    int draft_pos;     /* the draft model's cache holds seq[0..draft_pos) */
+    float *logits;     /* the model's logits for the pending token and each drafted one */
+    float *draft_probs; /* [max_draft][vocab]: the distribution each drafted token was drawn from */
+    long drafted, accepted;
+} Decoder;
+
+static void remember(Decoder *d, const int *tokens, int n) {
+    if (d->n_seq + n > d->cap) {
+        d->cap = 2 * (d->n_seq + n);
+        d->seq = realloc(d->seq, (size_t)d->cap * sizeof(int));
+        if (!d->seq) fail("out of memory (%d tokens of history)", d->n_seq + n);
+    }
+    memcpy(d->seq + d->n_seq, tokens, (size_t)n * sizeof(int));
+    d->n_seq += n;
+}
+
+/* Prompt lookup: the tokens that followed the latest earlier occurrence of the
+   longest n-gram (up to d->lookup tokens) that ends the text; at most `limit`. */
+static int draft_from_text(const Decoder *d, int *out, int limit) {
+    const int *s = d->seq;
+    int n = d->n_seq;
+    for (int len = d->lookup < n - 1 ? d->lookup : n - 1; len >= 1; len--) {
+        for (int end = n - 1; end >= len; end--) { /* an earlier n-gram ending before s[end] */
+            if (memcmp(s + end - len, s + n - len, (size_t)len * sizeof(int)) != 0) continue;
+            int k = 0;
+            while (k < limit && end + k < n) out[k] = s[end + k], k++;
+            return k;
+        }
+    }
+    return 0;
+}
+
+/* The draft model's guesses: it catches up on the text, then draws `limit`
+   tokens one at a time, keeping each one's distribution for the check. */
+static int draft_from_model(Decoder *d, Sampler *sampler, int *out, int limit) {
+    Model *dm = d->draft;
+    int vocab = dm->ck.config.vocab_size;
+    float *logits = run_tokens(dm, d->seq + d->draft_pos, d->n_seq - d->draft_pos, d->draft_pos, NULL);
+    d->draft_pos = d->n_seq;
+    for (int k = 0; k < limit; k++) {
+        if (sampler->temperature == 0.0f) {
+            out[k] = sample_argmax(logits, vocab);
+        } else {
+            float *q = d->draft_probs + (size_t)k * vocab;
+            memcpy(q, logits, vocab * sizeof(float));
+            sampling_distribution(sampler, q);
+            out[k] = sample_mult(q, vocab, random_f32(&sampler->rng_state));
+        }
+        if (k + 1 < limit) logits = run_tokens(dm, &out[k], 1, d->draft_pos++, NULL);
+    }
+    return limit;
+}
+
+/* One step: runs the pending token (the last of d->seq, at position pos) and
+   any drafted ones through the model, and writes the tokens it produces to
+   out: the accepted drafted tokens, then one drawn by the model. Drafts stay
+   below position `steps`. Returns how many; the caller remembers them. */
+static int decode_step(Model *m, Decoder *d, Sampler *sampler, int steps, int *out) {
+    int pos = d->n_seq - 1, vocab = m->ck.config.vocab_size;
+    int pending = d->seq[pos];
+    int limit = steps - 1 - pos < d->max_draft ? steps - 1 - pos : d->max_draft;
+    int drafted[MAX_DRAFT + 1], n_drafted = 0;
+    if (limit > 0 && d->draft) n_drafted = draft_from_model(d, sampler, drafted + 1, limit);
+    else if (limit > 0 && d->lookup) n_drafted = draft_from_text(d, drafted + 1, limit);
+    if (n_drafted == 0) {
+        out[0] = sample(sampler, run_tokens(m, &pending, 1, pos, NULL));
+        return 1;
+    }
+    drafted[0] = pending;
+    run_tokens(m, drafted, n_drafted + 1, pos, d->logits);
+    d->drafted += n_drafted;
+
+    int exact = sampler->temperature == 0.0f || !d->draft; /* one-hot drafts: the model's own draw decides */
+    int n = 0;
+    for (;; n++) {
+        float *p = d->logits + (size_t)n * vocab;
+        if (n == n_drafted || exact) {
+            out[n] = sample(sampler, p);
+            if (n == n_drafted || out[n] != drafted[n + 1]) break;
+            continue;
+        }
+        /* keep the drafted token with probability min(1, p/q); else draw from
+           max(0, p - q), renormalised */
+        const float *q = d->draft_probs + (size_t)n * vocab;
+        int t = drafted[n + 1];
+        sampling_distribution(sampler, p);
+        if (random_f32(&sampler->rng_state) * q[t] < p[t]) {
+            out[n] = t;
+            continue;
+        }
+        float total = 0;
+        for (int i = 0; i < vocab; i++) total += p[i] = p[i] > q[i] ? p[i] - q[i] : 0.0f;
+        if (total > 0) {
+            out[n] = sample_mult(p, vocab, random_f32(&sampler->rng_state) * total);
+            break;
+        }
+        out[n] = t; /* p == q: nothing to correct */
+    }
+    d->accepted += n;
+    /* the draft model's cache is valid up to the last accepted token */
+    if (d->draft && d->draft_pos > pos + 1 + n) d->draft_pos = pos + 1 + n;
+    return n + 1;
+}
+
+static void report_speed(const Decoder *d, int prompt_tokens, double prompt_seconds, int generated,
+                         double generate_seconds) {
+    fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s",
             prompt_tokens, prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0.0,
             generated, generate_seconds > 0 ? generated / generate_seconds : 0.0);
+    if (d->draft || d->lookup)
+        fprintf(stderr, "; drafted: %ld, accepted: %ld (%.0f%%)", d->drafted, d->accepted,
+                d->drafted ? 100.0 * d->accepted / d->drafted : 0.0);
+    fprintf(stderr, "\n");
 }
 
 /* Prints the prompt's pieces, then sampled ones, until `steps` positions have
-   been run or the model emits BOS or EOS. The prompt goes through the model in
-   batches; the text is the same as feeding it one token at a time. */
-static void generate(Model *m, Tokenizer *tok, Sampler *sampler, const char *prompt, int steps) {
+   been run or the model emits a stop token. The prompt goes through the model
+   in batches; the text is the same as feeding it one token at a time. */
+static void generate(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const char *prompt, int steps) {
     const Config *c = &m->ck.config;
     int n_prompt;
     int *prompt_tokens = encode(tok, prompt, strlen(prompt), 1, 0, &n_prompt);
@@ -3522,25 +3705,34 @@ static void generate(Model *m, Tokenizer *tok, Sampler *sampler, const char *pro
     double start = seconds_now(), prompt_done = start;
     int generated = 0;
     if (n_prompt <= steps) {
-        float *logits = run_tokens(m, prompt_tokens, n_prompt, 0);
+        int next[MAX_DRAFT + 1], n_next = 1;
+        next[0] = sample(sampler, run_tokens(m, prompt_tokens, n_prompt, 0, NULL));
         prompt_done = seconds_now();
-        int token = prompt_tokens[n_prompt - 1];
-        for (int pos = n_prompt - 1; pos < steps; pos++) {
-            if (pos > n_prompt - 1) logits = run_tokens(m, &token, 1, pos);
-            int next = sample(sampler, logits);
-            if (is_stop(tok, next)) break;
-            int len;
-            const char *piece = decode(tok, token, next, &len);
-            print_piece(tok, stdout, piece, len);
-            fflush(stdout);
-            generated++;
-            token = next;
-            if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
+        remember(d, prompt_tokens, n_prompt);
+        int token = prompt_tokens[n_prompt - 1], done = 0;
+        for (;;) {
+            /* next[i] is at position d->n_seq + i: the last one may be `steps` */
+            for (int i = 0; i < n_next && !done; i++) {
+                if (is_stop(tok, next[i])) {
+                    done = 1;
+                    break;
+                }
+                int len;
+                const char *piece = decode(tok, token, next[i], &len);
+                print_piece(tok, stdout, piece, len);
+                fflush(stdout);
+                generated++;
+                token = next[i];
+                if (ferror(stdout)) done = 1; /* the reader is gone (EPIPE) */
+            }
+            remember(d, next, n_next);
+            if (done || d->n_seq > steps) break;
+            n_next = decode_step(m, d, sampler, steps, next);
         }
     }
     printf("\n");
     fflush(stdout);
-    report_speed(n_prompt <= steps ? n_prompt : 0, prompt_done - start, generated, seconds_now() - prompt_done);
+    report_speed(d, n_prompt <= steps ? n_prompt : 0, prompt_done - start, generated, seconds_now() - prompt_done);
     free(prompt_tokens);
 }
 
@@ -3638,7 +3830,7 @@ static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_pr
    (Llama 2) or a stop token such as <|eot_id|> (Llama 3); the end of the answer
    (EOS, or <|eot_id|>) goes into the context, and every turn continues in the
    same KV cache. */
-static void chat(Model *m, Tokenizer *tok, Sampler *sampler, const char *cli_user_prompt,
+static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const char *cli_user_prompt,
                  const char *cli_system_prompt, int steps) {
     if (tok->kind == BYTE_LEVEL_BPE && (tok->start_header_id < 0 || tok->end_header_id < 0 || tok->end_of_turn_id < 0))
         fail("the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, <|eot_id|>): cannot chat");
@@ -3649,7 +3841,6 @@ static void chat(Model *m, Tokenizer *tok, Sampler *sampler, const char *cli_use
     if (!system_prompt) system_prompt = strdup("");
     if (!system_prompt) fail("out of memory");
 
-    int pos = 0, token = 0;
     for (int turn = 0;; turn++) {
         char *user_prompt = turn == 0 && cli_user_prompt ? strdup(cli_user_prompt) : read_line("User: ");
         if (!user_prompt) {
@@ -3658,6 +3849,7 @@ static void chat(Model *m, Tokenizer *tok, Sampler *sampler, const char *cli_use
         }
         TokenList prompt = chat_turn(tok, turn, system_prompt, user_prompt);
         free(user_prompt);
+        int pos = d->n_seq; /* positions used so far */
         if (pos + prompt.n >= steps) {
             fprintf(stderr, "run: the context is full: %d positions used, %d more needed, limit %d (-n); ending the chat\n",
                     pos, prompt.n, steps);
@@ -3666,30 +3858,42 @@ static void chat(Model *m, Tokenizer *tok, Sampler *sampler, const char *cli_use
         }
         printf("Assistant: ");
         fflush(stdout);
-        int next = sample(sampler, run_tokens(m, prompt.ids, prompt.n, pos));
-        pos += prompt.n;
-        token = prompt.ids[prompt.n - 1];
+        int next[MAX_DRAFT + 1], n_next = 1;
+        next[0] = sample(sampler, run_tokens(m, prompt.ids, prompt.n, pos, NULL));
+        remember(d, prompt.ids, prompt.n);
+        int token = prompt.ids[prompt.n - 1];
         free(prompt.ids);
-        int ended = 0;
-        while (!(ended = tok->kind == SENTENCEPIECE ? next == EOS_ID : is_stop(tok, next)) && pos < steps) {
-            int len;
-            const char *piece = decode(tok, token, next, &len);
-            print_piece(tok, stdout, piece, len);
-            fflush(stdout);
-            if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
-            token = next;
-            next = sample(sampler, run_tokens(m, &token, 1, pos++));
+        int ended = 0, shown;
+        for (;;) {
+            /* next[i] is at position d->n_seq + i; the answer stays below `steps` */
+            for (shown = 0; shown < n_next && d->n_seq + shown < steps; shown++) {
+                if (tok->kind == SENTENCEPIECE ? next[shown] == EOS_ID : is_stop(tok, next[shown])) {
+                    ended = 1;
+                    break;
+                }
+                int len;
+                const char *piece = decode(tok, token, next[shown], &len);
+                print_piece(tok, stdout, piece, len);
+                fflush(stdout);
+                token = next[shown];
+                if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
+            }
+            remember(d, next, shown);
+            if (ended || shown < n_next || ferror(stdout)) break;
+            n_next = decode_step(m, d, sampler, steps, next);
         }
         printf("\n");
         if (ferror(stdout)) break; /* not "context is full": the reader is gone */
-        if (ended && pos < steps) {
-            /* the end of the answer belongs to the context; llama2.c draws a token
-               here that it never uses, and so do we, so a seed gives the same chat */
-            sample(sampler, run_tokens(m, &end_of_answer, 1, pos++));
-        } else {
+        if (!ended) {
             fprintf(stderr, "run: the context is full (%d positions); ending the chat\n", steps);
             break;
         }
+        /* the end of the answer belongs to the context (where the model's stop
+           token was; drafts past it are forgotten); llama2.c draws a token here
+           that it never uses, and so do we, so a seed gives the same chat */
+        if (d->draft_pos > d->n_seq) d->draft_pos = d->n_seq;
+        sample(sampler, run_tokens(m, &end_of_answer, 1, d->n_seq, NULL));
+        remember(d, &end_of_answer, 1);
     }
     free(system_prompt);
 }
@@ -3713,6 +3917,9 @@ static void usage(FILE *out) {
             "  -m <string> mode: generate (default), chat, or tokenize (print the prompt's ids)\n"
             "  -y <string> system prompt in chat mode\n"
             "  -j <int>    threads, >= 1, default: one per CPU core\n"
+            "  -d <string> draft model for speculative decoding (same vocabulary)\n"
+            "  -l <int>    speculative decoding drafted from the text: n-grams of up to this many tokens, 1..16\n"
+            "  -k <int>    tokens drafted per step, 1..32, default 4 with -d, 8 with -l\n"
             "  -h          this help\n");
 }
 
@@ -3751,7 +3958,8 @@ int main(int argc, char **argv) {
     const char *checkpoint_path = NULL, *tokenizer_path = "tokenizer.bin";
     const char *prompt = NULL, *system_prompt = NULL, *mode = "generate";
     float temperature = 1.0f, topp = 0.9f;
-    long long seed = 0, steps = 256, threads = 0;
+    long long seed = 0, steps = 256, threads = 0, lookup = 0, max_draft = 0;
+    const char *draft_path = NULL;
     signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, not a kill */
 
     for (int i = 1; i < argc; i++) {
@@ -3765,7 +3973,7 @@ int main(int argc, char **argv) {
             checkpoint_path = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpsnizmyj", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpsnizmyjdlk", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
@@ -3778,11 +3986,16 @@ int main(int argc, char **argv) {
         case 'm': mode = val; break;
         case 'y': system_prompt = val; break;
         case 'j': threads = parse_int(arg, val, 1, 1024); break;
+        case 'd': draft_path = val; break;
+        case 'l': lookup = parse_int(arg, val, 1, 16); break;
+        case 'k': max_draft = parse_int(arg, val, 1, MAX_DRAFT); break;
         }
     }
     if (!checkpoint_path) bad_flag("no checkpoint given");
     if (strcmp(mode, "generate") && strcmp(mode, "chat") && strcmp(mode, "tokenize"))
         bad_flag("-m: unknown mode '%s' (generate, chat or tokenize)", mode);
+    if (draft_path && lookup) bad_flag("-d and -l: draft from a model or from the text, not both");
+    if (max_draft && !draft_path && !lookup) bad_flag("-k needs -d or -l");
 
     Model m;
     open_checkpoint(&m.ck, checkpoint_path);
@@ -3800,13 +4013,32 @@ int main(int argc, char **argv) {
     } else {
         if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
         if (threads == 0) threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
-        start_model(&m, (int)steps, (int)threads);
+        SoftmaxFn fast_softmax = start_compute((int)threads);
+        start_model(&m, (int)steps, draft_path || lookup);
+        Model draft;
+        Decoder d = {.lookup = (int)lookup, .max_draft = (int)(max_draft ? max_draft : draft_path ? 4 : 8)};
+        if (draft_path) {
+            open_checkpoint(&draft.ck, draft_path);
+            if (draft.ck.config.vocab_size != c->vocab_size)
+                fail("%s: the draft's vocabulary is %d tokens, the model's (%s) %d", draft_path,
+                     draft.ck.config.vocab_size, checkpoint_path, c->vocab_size);
+            start_model(&draft, (int)steps, 0);
+            d.draft = &draft;
+            d.draft_probs = xmalloc((size_t)d.max_draft * c->vocab_size * sizeof(float));
+        }
+        if (draft_path || lookup) d.logits = xmalloc((size_t)(d.max_draft + 1) * c->vocab_size * sizeof(float));
         Sampler sampler = {c->vocab_size, temperature, topp, seed > 0 ? (uint64_t)seed : (uint64_t)time(NULL),
-                           xmalloc(c->vocab_size * sizeof(ProbIndex)), m.softmax};
-        if (strcmp(mode, "generate") == 0) generate(&m, &tok, &sampler, prompt, (int)steps);
-        else chat(&m, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt, (int)steps);
+                           xmalloc(c->vocab_size * sizeof(ProbIndex)), fast_softmax};
+        if (strcmp(mode, "generate") == 0) generate(&m, &d, &tok, &sampler, prompt, (int)steps);
+        else chat(&m, &d, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt, (int)steps);
         free(sampler.probindex);
+        free(d.seq); free(d.logits); free(d.draft_probs);
+        if (draft_path) {
+            stop_model(&draft);
+            close_checkpoint(&draft.ck);
+        }
         stop_model(&m);
+        stop_compute();
     }
     free_tokenizer(&tok);
     close_checkpoint(&m.ck);

@@ -234,7 +234,7 @@ static void test_batched_matmul(void) {
         RunState s;
         Batch b;
         init_run_state(&s, &c, c.seq_len);
-        init_batch(&b, &c, &s, threads);
+        init_batch(&b, &c, &s, threads, 0);
         for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++) {
             for (size_t g = 0; g < sizeof group_sizes / sizeof group_sizes[0]; g++) {
                 int T = batch[k], gs = group_sizes[g];
@@ -277,7 +277,7 @@ static void test_batched_matmul(void) {
         RunState s;
         Batch batch;
         init_run_state(&s, &big, big.seq_len);
-        init_batch(&batch, &big, &s, 2);
+        init_batch(&batch, &big, &s, 2, 0);
         int same = 1;
         for (int rep = 0; rep < 200 && same; rep++) {
             Projection proj[3] = {{&m2, a, D}, {&m2, small, 16}, {&m2, b, D}};
@@ -896,7 +896,7 @@ static void test_batched_forward(const char *path, const char *what) {
         RunState many;
         Batch b;
         init_run_state(&many, c, c->seq_len);
-        init_batch(&b, c, &many, 2);
+        init_batch(&b, c, &many, 2, 0);
         int batch_same = memcmp(after_batch, forward_tokens(&ck, &b, tokens, n, 0), c->vocab_size * sizeof(float)) == 0;
         int step_same = memcmp(after_step, forward_tokens(&ck, &b, tokens + n, 1, n), c->vocab_size * sizeof(float)) == 0;
         check(batch_same && step_same && memcmp(one.key_cache, many.key_cache, cache * sizeof(float)) == 0 &&
@@ -1720,6 +1720,196 @@ static void test_threads_deterministic(void) {
     check(same, "greedy text with 2 threads equals 1 thread's, every time (scratch rows not shared)");
 }
 
+/* ------------------------------------------------------------------------- */
+/* Speculative decoding                                                       */
+
+/* The golden files through ./run with a draft: greedy cases with the int8 copy
+   of the shared model (or, for the random models, another random model of the
+   same vocabulary), and every case with prompt lookup, whose draws are exactly
+   those of decoding without it. A wrapper beside ./run adds the flags. */
+static void test_speculative_goldens(const char *run) {
+    if (!have_shared()) {
+        skip("golden files with a draft and with prompt lookup: %s/models not found", shared_dir());
+        return;
+    }
+    const char *cache = getenv("GOLDEN_CACHE");
+    char wrapper[] = "./run_speculative_test", script[8192], greedy[] = "/tmp/run_test_greedy_XXXXXX";
+    snprintf(script, sizeof script,
+             "#!/bin/sh\n"
+             "# check_golden.py runs this as the program under test\n"
+             "if [ \"$MODE\" = lookup ]; then exec %s \"$@\" -l 3 -k \"$K\"; fi\n"
+             "cache=%s\n"
+             "case \"$1\" in\n"
+             "  *aidreams260K*) draft=%s/models/aidreams260K_q80.bin ;;\n"
+             "  *stories260K*) draft=%s/models/stories260K_q80.bin ;;\n"
+             "  *rgqa_s2*) draft=$cache/r15M_s1.bin ;;\n"
+             "  *) draft=$cache/rgqa_s2.bin ;;\n"
+             "esac\n"
+             "exec %s \"$@\" -d \"$draft\" -k \"$K\"\n",
+             run, cache ? cache : "${TMPDIR:-/tmp}/llm-golden-cache", shared_dir(), shared_dir(), run);
+    FILE *f = fopen(wrapper, "w");
+    fputs(script, f);
+    fclose(f);
+    chmod(wrapper, 0755);
+
+    /* the greedy cases of both golden files */
+    int fd = mkstemp(greedy);
+    FILE *out = fdopen(fd, "w");
+    const char *files[2] = {"generate.jsonl", "generate_q80.jsonl"};
+    for (int i = 0; i < 2; i++) {
+        char path[4096], line[65536];
+        snprintf(path, sizeof path, "%s/golden/%s", shared_dir(), files[i]);
+        FILE *in = fopen(path, "r");
+        while (in && fgets(line, sizeof line, in))
+            if (strstr(line, "\"-t\", \"0\",")) fputs(line, out);
+        if (in) fclose(in);
+    }
+    fclose(out);
+
+    char tool[4096], args[8192];
+    snprintf(tool, sizeof tool, "%s/tools/check_golden.py", shared_dir());
+    const char *ks[3] = {"1", "4", "8"};
+    for (int i = 0; i < 3; i++) {
+        setenv("K", ks[i], 1);
+        setenv("MODE", "draft", 1);
+        snprintf(args, sizeof args, "%s %s", wrapper, greedy);
+        run_python_suite("python3", tool, args);
+        setenv("MODE", "lookup", 1);
+        snprintf(args, sizeof args, "%s", wrapper);
+        run_python_suite("python3", tool, args);
+        snprintf(args, sizeof args, "%s %s/golden/generate_q80.jsonl", wrapper, shared_dir());
+        run_python_suite("python3", tool, args);
+    }
+    unsetenv("K"), unsetenv("MODE");
+    unlink(wrapper), unlink(greedy);
+}
+
+/* Draws `n` samples of the tokens at positions 2 and 3 (the first ones a draft
+   proposes: position 1 comes from the prompt's pass), one seed each, with the
+   decoder d (no draft: plain sampling). */
+static void sample_second_tokens(Model *m, Decoder *d, float temperature, float topp, int n, int *counts2, int *counts3) {
+    int vocab = m->ck.config.vocab_size;
+    Sampler s = {vocab, temperature, topp, 0, malloc(vocab * sizeof(ProbIndex)), softmax};
+    for (int seed = 1; seed <= n; seed++) {
+        s.rng_state = (uint64_t)seed;
+        d->n_seq = 0;
+        d->draft_pos = 0;
+        int prompt[1] = {BOS_ID}, next[MAX_DRAFT + 1];
+        next[0] = sample(&s, run_tokens(m, prompt, 1, 0, NULL));
+        remember(d, prompt, 1);
+        remember(d, next, 1);
+        while (d->n_seq < 4) {
+            int k = decode_step(m, d, &s, 16, next);
+            remember(d, next, k);
+        }
+        counts2[d->seq[2]]++;
+        counts3[d->seq[3]]++;
+    }
+    free(s.probindex);
+}
+
+/* Two-sample chi-square: do counts a and b (n draws each) come from one
+   distribution? Cells with fewer than 10 draws in all are pooled. False means
+   rejected at significance 0.001 (Wilson-Hilferty's quantile, z = 3.09). */
+static int same_distribution(const int *a, const int *b, int cells, double *chi2_out, int *df_out) {
+    double chi2 = 0, pooled_a = 0, pooled_b = 0;
+    int used = 0;
+    for (int i = 0; i < cells; i++) {
+        if (a[i] + b[i] < 10) {
+            pooled_a += a[i], pooled_b += b[i];
+            continue;
+        }
+        chi2 += (double)(a[i] - b[i]) * (a[i] - b[i]) / (a[i] + b[i]);
+        used++;
+    }
+    if (pooled_a + pooled_b > 0) chi2 += (pooled_a - pooled_b) * (pooled_a - pooled_b) / (pooled_a + pooled_b), used++;
+    int df = used - 1;
+    double h = 2.0 / (9.0 * df), critical = df * pow(1 - h + 3.09 * sqrt(h), 3);
+    *chi2_out = chi2, *df_out = df;
+    return chi2 < critical;
+}
+
+/* Speculative sampling keeps the model's distribution: the tokens drawn with
+   a draft model (another random model of the same vocabulary, so its guesses
+   are often wrong) and without one agree, by a chi-square test; with and
+   without top-p. */
+static void test_speculative_sampling(void) {
+    TinyModel target = tiny_model(1, 16), other = tiny_model(1, 16);
+    Buffer tb = write_checkpoint(&target, 1, 0, 0, 0), ob = write_checkpoint(&other, 1, 0, 0, 0);
+    char *target_path = write_temp(tb.data, tb.n), *draft_path = write_temp(ob.data, ob.n);
+    Model m, dm;
+    open_checkpoint(&m.ck, target_path);
+    open_checkpoint(&dm.ck, draft_path);
+    start_compute(1);
+    start_model(&m, 16, 1);
+    start_model(&dm, 16, 0);
+    int vocab = target.vocab;
+    Decoder plain = {0}, speculative = {.draft = &dm, .max_draft = 3};
+    speculative.logits = malloc(4 * vocab * sizeof(float));
+    speculative.draft_probs = malloc(3 * vocab * sizeof(float));
+    float topps[2] = {0.0f, 0.9f};
+    for (int i = 0; i < 2; i++) {
+        enum { DRAWS = 20000 };
+        int with2[64] = {0}, with3[64] = {0}, without2[64] = {0}, without3[64] = {0};
+        speculative.drafted = speculative.accepted = 0;
+        sample_second_tokens(&m, &speculative, 1.0f, topps[i], DRAWS, with2, with3);
+        sample_second_tokens(&m, &plain, 1.0f, topps[i], DRAWS, without2, without3);
+        double chi2;
+        int df;
+        int ok2 = same_distribution(with2, without2, vocab, &chi2, &df);
+        check(ok2, "speculative sampling, top-p %g: position 2's tokens, chi2 %.1f with %d degrees of freedom", topps[i], chi2, df);
+        printf("speculative sampling, top-p %g: position 2 chi2 %.1f (df %d)", topps[i], chi2, df);
+        int ok3 = same_distribution(with3, without3, vocab, &chi2, &df);
+        check(ok3, "speculative sampling, top-p %g: position 3's tokens, chi2 %.1f with %d degrees of freedom", topps[i], chi2, df);
+        printf(", position 3 chi2 %.1f (df %d); %ld of %ld drafted tokens accepted\n", chi2, df, speculative.accepted,
+               speculative.drafted);
+        check(speculative.accepted > 0 && speculative.accepted < speculative.drafted,
+              "the draft is right only sometimes (%ld of %ld), so both branches of the rule ran", speculative.accepted,
+              speculative.drafted);
+    }
+    free(plain.seq), free(speculative.seq), free(speculative.logits), free(speculative.draft_probs);
+    stop_model(&dm), stop_model(&m);
+    stop_compute();
+    close_checkpoint(&dm.ck), close_checkpoint(&m.ck);
+    unlink(target_path), unlink(draft_path), free(target_path), free(draft_path), free(tb.data), free(ob.data);
+    free_tiny(&target), free_tiny(&other);
+}
+
+/* The command line: the same seed gives the same text with a draft; greedy
+   chat is the same with a draft and with prompt lookup; a draft of another
+   vocabulary is refused. */
+static void test_speculative_flags(const char *model, const char *tokenizer) {
+    static RunResult a, b;
+    run_args(&a, NULL, model, "-z", tokenizer, "-t", "1", "-s", "9", "-n", "12", "-d", model, "-k", "3", NULL);
+    run_args(&b, NULL, model, "-z", tokenizer, "-t", "1", "-s", "9", "-n", "12", "-d", model, "-k", "3", NULL);
+    check(a.status == 0 && strcmp(a.out, b.out) == 0 && strstr(a.err, "drafted: "),
+          "speculative sampling: the same seed gives the same text, and the speed line counts drafts: %s", a.err);
+    if (have_shared()) {
+        char m260[4096], q80[4096], tok512[4096];
+        snprintf(m260, sizeof m260, "%s/models/stories260K.bin", shared_dir());
+        snprintf(q80, sizeof q80, "%s/models/stories260K_q80.bin", shared_dir());
+        snprintf(tok512, sizeof tok512, "%s/models/aidreams_tok512.bin", shared_dir());
+        const char *turns = "Lily had a ball\nThen what?\n";
+        static RunResult plain, drafted, lookup;
+        run_args(&plain, turns, m260, "-z", tok512, "-m", "chat", "-y", "", "-t", "0", "-n", "200", NULL);
+        run_args(&drafted, turns, m260, "-z", tok512, "-m", "chat", "-y", "", "-t", "0", "-n", "200", "-d", q80, NULL);
+        run_args(&lookup, turns, m260, "-z", tok512, "-m", "chat", "-y", "", "-t", "0", "-n", "200", "-l", "2", NULL);
+        check(plain.status == 0 && strcmp(plain.out, drafted.out) == 0 && strcmp(plain.out, lookup.out) == 0,
+              "greedy chat: the same text with a draft and with prompt lookup");
+        run_args(&a, NULL, m260, "-z", tok512, "-d", model, NULL);
+        check(a.status == 1 && strstr(a.err, model) && strstr(a.err, "512") && strstr(a.err, "40") && single_line(a.err),
+              "a draft with another vocabulary is refused, both sizes named: %s", a.err);
+    } else {
+        skip("speculative chat and vocabulary checks: %s/models not found", shared_dir());
+    }
+    run_args(&a, NULL, model, "-z", tokenizer, "-d", model, "-l", "2", NULL);
+    check(a.status == 1 && strstr(a.err, "-d and -l"), "-d with -l is refused: %s", a.err);
+    run_args(&a, NULL, model, "-z", tokenizer, "-k", "4", NULL);
+    check(a.status == 1 && strstr(a.err, "-k needs -d or -l"), "-k alone is refused: %s", a.err);
+    run_args(&a, NULL, model, "-z", tokenizer, "-l", "3", "-k", "33", NULL);
+    check(a.status == 1 && strstr(a.err, "-k"), "-k 33 is out of range: %s", a.err);
+}
+
 static void test_fuzz_regressions(const char *model, const char *tokenizer) {
     test_quantize_odd_values();
     test_nan_weights_run(tokenizer);
@@ -1729,6 +1919,7 @@ static void test_fuzz_regressions(const char *model, const char *tokenizer) {
     test_max_token_length(model);
     test_strict_numbers(model, tokenizer);
     test_threads_deterministic();
+    test_speculative_sampling();
 }
 
 /* Every kernel set of this build against Part I: the ones the CPU has are
@@ -1779,6 +1970,7 @@ int main(void) {
     test_pretokenizer();
     test_byte_level_tokenizer();
     test_flags(model, tokenizer);
+    test_speculative_flags(model, tokenizer);
     test_generate_limits(model, tokenizer);
     test_fuzz_regressions(model, tokenizer);
     unlink(model), unlink(tokenizer), free(model), free(tokenizer), free(v0.data);
@@ -1812,6 +2004,7 @@ int main(void) {
     } else {
         printf("note: %s/models not found: skipping the shared golden and tokenizer checks\n", shared_dir());
     }
+    test_speculative_goldens(run);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
