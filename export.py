@@ -5,8 +5,10 @@ Commands
 --------
 Tokenizers (standard library only):
 
-  python3 export.py tokenizer.bin --tokenizer tokenizer.model   # SentencePiece model
-  python3 export.py tokenizer.bin --tokenizer tokenizer.json    # Hugging Face, SentencePiece-BPE kind
+  python3 export.py tokenizer.bin --tokenizer tokenizer.model   # SentencePiece model, or Llama 3's tiktoken file
+  python3 export.py tokenizer.bin --tokenizer tokenizer.json    # Hugging Face: Llama 2 kind or Llama 3 (byte-level)
+  python3 export.py tokenizer.bin --tokenizer model.gguf        # a GGUF file's own vocabulary (Llama 2 or 3),
+                                                                #   known by its "GGUF" magic
 
 Models (need numpy; torch only where noted):
 
@@ -15,6 +17,9 @@ Models (need numpy; torch only where noted):
   python3 export.py model.bin --meta DIR          # Meta's params.json + consolidated.*.pth (torch)
   python3 export.py model.bin --checkpoint ckpt.pt  # llama2.c / train.py checkpoint (torch)
   python3 export.py model.bin --bin old.bin       # any file run.c reads, re-written
+  python3 export.py model.bin --gguf model.gguf   # llama.cpp's GGUF (v2/v3), architecture llama: F32, F16,
+                                                  #   BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K;
+                                                  #   Q8_0 to --version 2 --group-size 32 is copied exactly
 
 Options for models:
   --version 0|1|2    output format (default 1): 0 = legacy llama2.c layout,
@@ -56,6 +61,7 @@ import argparse
 import glob
 import json
 import math
+import mmap
 import os
 import re
 import struct
@@ -300,37 +306,44 @@ def read_llama3_tokenizer_json(path, tok):
     model = tok["model"]
     if LLAMA3_PATTERN not in split_patterns(tok.get("pre_tokenizer")):
         raise ExportError(f"{path}: pre_tokenizer's regex is not Llama 3's; other byte-level tokenizers are not supported")
+    control = {added["id"]: added["content"] for added in tok.get("added_tokens") or []}
+    return llama3_byte_pieces(path, model["vocab"], model.get("merges") or [], control)
+
+
+def llama3_byte_pieces(where, vocab, merges, control):
+    """The raw bytes of each BPE piece of a Llama 3 vocabulary, checked as run.c needs it.
+
+    vocab maps each piece in GPT-2's byte characters to its id, merges are "left right"
+    strings (or pairs) in rank order, control maps the ids of control tokens to their text.
+    """
     byte_of = {c: b for b, c in gpt2_byte_chars().items()}
-    vocab = model["vocab"]
     pieces = [None] * len(vocab)
     for piece, i in vocab.items():
         if not 0 <= i < len(vocab):
-            raise ExportError(f"{path}: token ids are not 0..{len(vocab) - 1} (id {i})")
+            raise ExportError(f"{where}: token ids are not 0..{len(vocab) - 1} (id {i})")
         try:
             pieces[i] = bytes(byte_of[c] for c in piece)
         except KeyError as e:
-            raise ExportError(f"{path}: piece {i} has {e.args[0]!r}, not a byte-level character")
+            raise ExportError(f"{where}: piece {i} has {e.args[0]!r}, not a byte-level character")
     # run.c merges the pair whose joined piece has the lowest id: check that this
     # is the merge list's order
     last = -1
-    for merge in model.get("merges") or []:
+    for merge in merges:
         left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
         joined = vocab.get(left + right, -1)
         if joined < last:
-            raise ExportError(f"{path}: merge {left!r} {right!r} is out of id order; "
+            raise ExportError(f"{where}: merge {left!r} {right!r} is out of id order; "
                               "run.c merges by id (tiktoken's rule)")
         last = joined
-    control = {}
-    for added in tok.get("added_tokens") or []:
-        if added["id"] < len(vocab):
-            raise ExportError(f"{path}: added token {added['content']!r} has id {added['id']}, inside the BPE pieces")
-        control[added["id"]] = added["content"]
+    for i, content in control.items():
+        if i < len(vocab):
+            raise ExportError(f"{where}: added token {content!r} has id {i}, inside the BPE pieces")
     n_special = max(control, default=len(vocab) - 1) + 1 - len(vocab)
     if n_special != LLAMA3_N_SPECIAL or len(vocab) != 128000:
-        raise ExportError(f"{path}: {len(vocab)} pieces and {n_special} control tokens; Llama 3 has 128000 and 256")
+        raise ExportError(f"{where}: {len(vocab)} pieces and {n_special} control tokens; Llama 3 has 128000 and 256")
     for name, fixed in LLAMA3_CONTROL.items():
         if control.get(fixed) not in (name, None) and not control[fixed].startswith("<|reserved_special_token_"):
-            raise ExportError(f"{path}: token {fixed} is {control[fixed]!r}, Llama 3's {name} or a reserved one")
+            raise ExportError(f"{where}: token {fixed} is {control[fixed]!r}, Llama 3's {name} or a reserved one")
     return pieces
 
 
@@ -381,6 +394,8 @@ def write_byte_level_tokenizer(out, pieces):
 
 
 def export_tokenizer(in_path, out):
+    if is_gguf(in_path):
+        return export_gguf_tokenizer(in_path, out)
     if in_path.endswith(".json"):
         with open(in_path, encoding="utf-8") as f:
             tok = json.load(f)
@@ -393,6 +408,50 @@ def export_tokenizer(in_path, out):
         pieces, scores, bos_id, eos_id = read_sentencepiece_model(in_path)
     write_tokenizer_bin(out, pieces, scores, bos_id, eos_id)
     return f"{len(pieces)} pieces, BOS {bos_id}, EOS {eos_id}"
+
+
+def export_gguf_tokenizer(path, out):
+    """The tokenizer file of a GGUF's own vocabulary: SentencePiece ("llama") as
+    tokenizer.bin, or Llama 3's byte-level BPE ("gpt2" with pre-tokenizer "llama-bpe")."""
+    meta = GGUFFile(path).metadata
+    model = meta.get("tokenizer.ggml.model")
+    tokens = gguf_list(path, meta, "tokenizer.ggml.tokens", str)
+    if model == "llama":
+        scores = gguf_list(path, meta, "tokenizer.ggml.scores", (int, float))
+        if len(scores) != len(tokens):
+            raise ExportError(f"{path}: tokenizer.ggml.scores has {len(scores)} values for {len(tokens)} tokens")
+        # SentencePiece's own defaults, as parse_sentencepiece_proto has them
+        bos_id = gguf_int(path, meta, "tokenizer.ggml.bos_token_id", 1)
+        eos_id = gguf_int(path, meta, "tokenizer.ggml.eos_token_id", 2)
+        write_tokenizer_bin(out, tokens, scores, bos_id, eos_id)
+        return f"{len(tokens)} pieces, BOS {bos_id}, EOS {eos_id}"
+    if model != "gpt2":
+        raise ExportError(f"{path}: tokenizer.ggml.model is {model!r}: only \"llama\" (SentencePiece, Llama 2) and "
+                          "\"gpt2\" with pre-tokenizer \"llama-bpe\" (Llama 3) are supported")
+    pre = meta.get("tokenizer.ggml.pre")
+    if pre != "llama-bpe":
+        raise ExportError(f"{path}: tokenizer.ggml.pre is {pre!r}: of the byte-level (gpt2) tokenizers only "
+                          "Llama 3's, \"llama-bpe\", is supported")
+    types = gguf_list(path, meta, "tokenizer.ggml.token_type", int)
+    if len(types) != len(tokens):
+        raise ExportError(f"{path}: tokenizer.ggml.token_type has {len(types)} values for {len(tokens)} tokens")
+    # the BPE pieces are the normal tokens (type 1), ids 0..n-1; control tokens follow
+    n = next((i for i, t in enumerate(types) if t != 1), len(types))
+    if any(t == 1 for t in types[n:]):
+        raise ExportError(f"{path}: tokenizer.ggml.token_type: normal tokens (type 1) after the first other "
+                          f"one (id {n})")
+    vocab = {piece: i for i, piece in enumerate(tokens[:n])}
+    control = {i: tokens[i] for i in range(n, len(tokens))}
+    pieces = llama3_byte_pieces(path, vocab, gguf_list(path, meta, "tokenizer.ggml.merges", str), control)
+    # the file run.c reads fixes Meta's ids; the GGUF's must agree with them
+    bos_id = gguf_int(path, meta, "tokenizer.ggml.bos_token_id", LLAMA3_CONTROL["<|begin_of_text|>"])
+    if bos_id != LLAMA3_CONTROL["<|begin_of_text|>"]:
+        raise ExportError(f"{path}: tokenizer.ggml.bos_token_id is {bos_id}; Llama 3's is 128000 (<|begin_of_text|>)")
+    stops = [LLAMA3_CONTROL[name] for name in ("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>")]
+    eos_id = gguf_int(path, meta, "tokenizer.ggml.eos_token_id", stops[0])
+    if eos_id not in stops:
+        raise ExportError(f"{path}: tokenizer.ggml.eos_token_id is {eos_id}; run.c stops at Llama 3's {stops} only")
+    return write_byte_level_tokenizer(out, pieces)
 
 
 # ===========================================================================
@@ -544,6 +603,8 @@ class Config:
 class Source:
     """Base of the model readers: a Config and tensor(name, layer)."""
     config = None
+    show_progress = False  # a line on stderr as the tensors are written (big inputs)
+    q80_group_size = None  # the group size at which q80() hands out the source's own int8 values
 
     def tensor(self, name, layer=None):
         np = import_numpy()
@@ -556,6 +617,12 @@ class Source:
 
     def load(self, name, layer):
         raise NotImplementedError
+
+    def q80(self, name, layer, group_size):
+        """(int8 values, fp32 scales) when the source already holds the tensor so at this
+        group size, to be copied exactly rather than quantized again (its shape checked
+        by the source); else None."""
+        return None
 
 
 def rotate_half_to_interleaved(w, n_heads):
@@ -933,6 +1000,544 @@ class BinSource(Source):
         return w.reshape(shape)
 
 
+# ---------------------------------------------------------------------------
+# GGUF files (llama.cpp's format)
+#
+# Little-endian, versions 2 and 3: "GGUF", uint32 version, uint64 tensor count,
+# uint64 metadata count; each metadata entry a string key, a uint32 value type and
+# the value; each tensor's string name, uint32 n_dims, n_dims x uint64 ne (innermost
+# first: ne[0] is the row length), uint32 ggml type and uint64 offset; then, from the
+# next multiple of general.alignment (default 32), the tensor data, each tensor at
+# its offset from there. A string is a uint64 byte count and UTF-8 bytes; an array a
+# uint32 element type, a uint64 count and the elements (arrays may hold arrays).
+
+GGUF_MAGIC = b"GGUF"
+GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+GGUF_STRING, GGUF_ARRAY = 8, 9
+GGUF_MAX_NESTING = 16  # arrays of arrays of ...: far deeper than any file needs
+
+# Tensor types read here: ggml type id -> (name, values per block, bytes per block)
+GGML_TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
+              7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
+              14: ("Q6_K", 256, 210), 30: ("BF16", 1, 2)}
+GGML_Q8_0 = 8
+# the other ggml types, named in the error that refuses them
+GGML_OTHER_TYPES = {4: "Q4_2, removed", 5: "Q4_3, removed", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 15: "Q8_K",
+                    16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S",
+                    22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64",
+                    29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
+
+
+def is_gguf(path):
+    with open(path, "rb") as f:
+        return f.read(4) == GGUF_MAGIC
+
+
+class GGUFTensor:
+    def __init__(self, ne, ggml_type, offset):
+        self.ne, self.type, self.offset = ne, ggml_type, offset
+
+    @property
+    def shape(self):
+        """numpy's order: outermost first (GGUF lists ne innermost first)."""
+        return tuple(reversed(self.ne))
+
+
+class GGUFFile:
+    """A GGUF file, memory-mapped: its metadata (key -> value) and its tensors' places.
+
+    Only the standard library is needed for the metadata; tensor data (numpy) is read
+    from the map one tensor at a time.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size < 24:
+                raise ExportError(f"{path}: too short for a GGUF file")
+            self.map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.pos = 0
+        magic, version = self._read("4sI", "the header")
+        if magic != GGUF_MAGIC:
+            raise ExportError(f"{path}: not a GGUF file (it does not start with \"GGUF\")")
+        if version not in (2, 3):
+            swapped = " (a big-endian file?)" if version & 0xFFFF == 0 else ""
+            raise ExportError(f"{path}: GGUF version {version}{swapped}; only little-endian versions 2 and 3 "
+                              "are supported")
+        n_tensors, n_metadata = self._read("QQ", "the header")
+        # the smallest entries: a tensor's name length, n_dims, one ne, type and offset; a key's length and type
+        if n_tensors * 32 + n_metadata * 12 > len(self.map):
+            raise ExportError(f"{path}: the header's counts ({n_tensors} tensors, {n_metadata} metadata entries) "
+                              f"do not fit in a file of {len(self.map)} bytes")
+        self.metadata = {}
+        for _ in range(n_metadata):
+            key = self._string("a metadata key")
+            (kind,) = self._read("I", f"metadata key {key}")
+            if key in self.metadata:
+                raise ExportError(f"{path}: metadata key {key} appears twice")
+            self.metadata[key] = self._value(kind, key, 0)
+        alignment = self.metadata.get("general.alignment", 32)
+        if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
+            raise ExportError(f"{path}: general.alignment is {alignment!r}, not a power of two")
+        self.tensors = {}
+        for _ in range(n_tensors):
+            name = self._string("a tensor name")
+            (n_dims,) = self._read("I", f"tensor {name}")
+            if not 1 <= n_dims <= 4:
+                raise ExportError(f"{path}: tensor {name} has {n_dims} dimensions (GGUF allows 1 to 4)")
+            ne = self._read(f"{n_dims}Q", f"tensor {name}")
+            ggml_type, offset = self._read("IQ", f"tensor {name}")
+            if offset % alignment:
+                raise ExportError(f"{path}: tensor {name} is at offset {offset}, not a multiple of the "
+                                  f"alignment {alignment}")
+            if name in self.tensors:
+                raise ExportError(f"{path}: tensor {name} appears twice")
+            self.tensors[name] = GGUFTensor(ne, ggml_type, offset)
+        self.data_start = -(-self.pos // alignment) * alignment
+
+    def _read(self, fmt, what):
+        size = struct.calcsize("<" + fmt)
+        if self.pos + size > len(self.map):
+            raise ExportError(f"{self.path}: the file ends inside {what} (truncated?)")
+        values = struct.unpack_from("<" + fmt, self.map, self.pos)
+        self.pos += size
+        return values
+
+    def _string(self, what):
+        (n,) = self._read("Q", what)
+        if n > len(self.map) - self.pos:
+            raise ExportError(f"{self.path}: the file ends inside {what} (truncated?)")
+        raw = self.map[self.pos:self.pos + n]
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ExportError(f"{self.path}: {what} is not UTF-8 text")
+
+    def _value(self, kind, key, depth):
+        what = f"metadata key {key}"
+        if kind in GGUF_SCALARS:
+            return self._read(GGUF_SCALARS[kind], what)[0]
+        if kind == GGUF_STRING:
+            return self._string(what)
+        if kind != GGUF_ARRAY:
+            raise ExportError(f"{self.path}: {what} has value type {kind}, which GGUF does not define")
+        if depth == GGUF_MAX_NESTING:
+            raise ExportError(f"{self.path}: {what} nests arrays more than {GGUF_MAX_NESTING} deep")
+        item, count = self._read("IQ", what)
+        if item in GGUF_SCALARS:  # numbers: all at once
+            if count * struct.calcsize(GGUF_SCALARS[item]) > len(self.map) - self.pos:
+                raise ExportError(f"{self.path}: the file ends inside {what} (truncated?)")
+            return list(self._read(f"{count}{GGUF_SCALARS[item]}", what))
+        return [self._value(item, key, depth + 1) for _ in range(count)]
+
+    def blocks(self, tensor):
+        """The tensor's data as uint8 [n_blocks][bytes per block], a view of the map."""
+        np = import_numpy()
+        _, per_block, block_bytes = GGML_TYPES[tensor.type]
+        n_blocks = math.prod(tensor.ne) // per_block
+        return np.frombuffer(self.map, np.uint8, n_blocks * block_bytes,
+                             self.data_start + tensor.offset).reshape(n_blocks, block_bytes)
+
+    def read_float32(self, tensor):
+        """The tensor in float32, in its shape: F32 as a view of the map, other types
+        dequantized a slice of blocks at a time (so that the temporaries stay small)."""
+        np = import_numpy()
+        name, per_block, _ = GGML_TYPES[tensor.type]
+        if name == "F32":
+            values = np.frombuffer(self.map, "<f4", math.prod(tensor.ne), self.data_start + tensor.offset)
+            return values.reshape(tensor.shape)
+        blocks = self.blocks(tensor)
+        out = np.empty((len(blocks), per_block), np.float32)
+        step = max(1, (1 << 20) // per_block)
+        with np.errstate(invalid="ignore"):  # an infinite fp16 scale times 0 gives NaN, as in ggml: no warning
+            for begin in range(0, len(blocks), step):
+                out[begin:begin + step] = DEQUANTIZE[name](blocks[begin:begin + step])
+        return out.reshape(tensor.shape)
+
+    def release(self):
+        """Drop the pages read so far from this process (the page cache keeps them), so
+        that its memory stays about one tensor's, whatever the size of the file."""
+        if hasattr(self.map, "madvise"):
+            self.map.madvise(mmap.MADV_DONTNEED)
+
+
+def gguf_value(path, meta, key, kinds, default=None):
+    """meta[key], checked to be one of the Python types kinds (bool is not a number);
+    default when the key is absent, an error when there is no default."""
+    if key not in meta:
+        if default is None:
+            raise ExportError(f"{path}: metadata key {key} is missing")
+        return default
+    value = meta[key]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ExportError(f"{path}: metadata key {key} is {value!r}, not of the expected type")
+    return value
+
+
+def gguf_int(path, meta, key, default=None):
+    return gguf_value(path, meta, key, int, default)
+
+
+def gguf_float(path, meta, key, default=None):
+    return float(gguf_value(path, meta, key, (int, float), default))
+
+
+def gguf_list(path, meta, key, kinds):
+    """meta[key]: an array whose items are all of the Python types kinds."""
+    value = gguf_value(path, meta, key, list)
+    if not all(isinstance(v, kinds) and not isinstance(v, bool) for v in value):
+        raise ExportError(f"{path}: metadata key {key} is not an array of the expected type")
+    return value
+
+
+# Dequantization, by the formulas of ggml's block formats. Each function takes
+# blocks as uint8 [n][bytes per block] and returns float32 [n][values per block],
+# computed in float32 in the order ggml's reference code uses.
+
+def f16_field(blocks, start):
+    """The fp16 number at bytes start, start + 1 of each block, as float32 [n][1]."""
+    np = import_numpy()
+    return np.ascontiguousarray(blocks[:, start:start + 2]).view("<f2").astype(np.float32)
+
+
+def nibbles(qs):
+    """Values j and j + 16 of a 32-value block are byte j's low and high 4 bits."""
+    np = import_numpy()
+    return np.concatenate([qs & 0xF, qs >> 4], axis=1)
+
+
+def fifth_bits(qh_bytes):
+    """Bit j of the little-endian uint32 qh is the fifth (value 16) bit of value j."""
+    np = import_numpy()
+    qh = np.ascontiguousarray(qh_bytes).view("<u4")
+    return ((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4
+
+
+def dequantize_q4_0(b):  # fp16 d, 16 bytes of 4-bit q: (q - 8) * d
+    return (nibbles(b[:, 2:18]).astype("f4") - 8) * f16_field(b, 0)
+
+
+def dequantize_q4_1(b):  # fp16 d, fp16 m, 16 bytes of 4-bit q: q * d + m
+    return nibbles(b[:, 4:20]) * f16_field(b, 0) + f16_field(b, 2)
+
+
+def dequantize_q5_0(b):  # fp16 d, uint32 fifth bits, 16 bytes of low 4 bits: (q - 16) * d
+    return ((nibbles(b[:, 6:22]) | fifth_bits(b[:, 2:6])).astype("f4") - 16) * f16_field(b, 0)
+
+
+def dequantize_q5_1(b):  # fp16 d, fp16 m, uint32 fifth bits, 16 bytes of low 4 bits: q * d + m
+    return (nibbles(b[:, 8:24]) | fifth_bits(b[:, 4:8])).astype("f4") * f16_field(b, 0) + f16_field(b, 2)
+
+
+def dequantize_q8_0(b):  # fp16 d, 32 int8 q: q * d
+    np = import_numpy()
+    return b[:, 2:].view(np.int8) * f16_field(b, 0)
+
+
+def k_scales(b):
+    """Q4_K and Q5_K: the scale and the min of each of the 8 sub-blocks of 32 values,
+    6-bit numbers packed in bytes 4-15, times the block's fp16 d and dmin (bytes 0-3).
+    Sub-blocks 0-3 have the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); sub-blocks
+    4-7 the nibbles of bytes 8-11, with the top 2 bits of bytes 0-3 and 4-7 above them."""
+    np = import_numpy()
+    s = b[:, 4:16]
+    scale = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 0xF) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    minimum = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    return f16_field(b, 0) * scale, f16_field(b, 2) * minimum
+
+
+def dequantize_q4_k(b):
+    """256 values in 8 sub-blocks of 32: scale * q - min. Bytes 16-143 hold q, each
+    32 bytes giving two sub-blocks, the low nibbles first."""
+    np = import_numpy()
+    qs = b[:, 16:144].reshape(-1, 4, 32)
+    q = np.stack([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32)
+    scale, minimum = k_scales(b)
+    return (scale[:, :, None] * q - minimum[:, :, None]).reshape(-1, 256)
+
+
+def dequantize_q5_k(b):
+    """Q4_K's layout with a fifth bit per value: bytes 16-47 (qh), bit k of qh[l] for
+    value l of sub-block k; the low 4 bits are in bytes 48-175."""
+    np = import_numpy()
+    qs = b[:, 48:176].reshape(-1, 4, 32)
+    low = np.stack([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32)
+    high = ((b[:, None, 16:48] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1) << 4
+    scale, minimum = k_scales(b)
+    return (scale[:, :, None] * (low | high) - minimum[:, :, None]).reshape(-1, 256)
+
+
+def dequantize_q6_k(b):
+    """256 values as two halves of 128: bytes 0-127 the low 4 bits (64 per half), 128-191
+    the top 2 bits (32 per half), 192-207 an int8 scale per 16 values, 208-209 fp16 d.
+    In a half, value 32 * k + l (k = 0..3) has the low (k < 2) or high nibble of low byte
+    l + 32 * (k % 2), and bits 2k, 2k + 1 of high byte l; it is d * scale * (q - 32)."""
+    np = import_numpy()
+    ql = b[:, 0:128].reshape(-1, 2, 2, 32)
+    qh = b[:, 128:192].reshape(-1, 2, 1, 32)
+    low = np.stack([ql[:, :, 0] & 0xF, ql[:, :, 1] & 0xF, ql[:, :, 0] >> 4, ql[:, :, 1] >> 4], axis=2)
+    high = (qh >> np.array([0, 2, 4, 6], np.uint8)[None, None, :, None]) & 3
+    q = ((low | (high << 4)).astype(np.int8) - np.int8(32)).reshape(-1, 16, 16)
+    scale = f16_field(b, 208) * b[:, 192:208].view(np.int8)
+    return (scale[:, :, None] * q).reshape(-1, 256)
+
+
+def dequantize_f16(b):
+    return b.view("<f2").astype("f4")
+
+
+def dequantize_bf16(b):  # bfloat16 is the top half of a float32
+    np = import_numpy()
+    return (b.view("<u2").astype(np.uint32) << 16).view(np.float32)
+
+
+DEQUANTIZE = {"F16": dequantize_f16, "BF16": dequantize_bf16, "Q4_0": dequantize_q4_0, "Q4_1": dequantize_q4_1,
+              "Q5_0": dequantize_q5_0, "Q5_1": dequantize_q5_1, "Q8_0": dequantize_q8_0, "Q4_K": dequantize_q4_k,
+              "Q5_K": dequantize_q5_k, "Q6_K": dequantize_q6_k}
+
+
+# Llama 3.1's and 3.2's low_freq_factor, high_freq_factor and original context: the
+# first guess when a GGUF's rope_freqs.weight is turned back into the llama3 rule
+LLAMA3_ROPE_DEFAULTS = (1.0, 4.0, 8192)
+
+
+def llama3_multipliers(freqs, factor, low, high, original):
+    """What transformers' llama3 rule (run.c's rope_frequency()) multiplies each frequency by."""
+    np = import_numpy()
+    wavelength = 2 * math.pi / freqs
+    smooth = (original / wavelength - low) / (high - low)
+    return np.where(wavelength < original / high, 1.0,
+                    np.where(wavelength > original / low, 1 / factor, (1 - smooth) / factor + smooth))
+
+
+def rope_band_edges(turns, kept, divided, smooth):
+    """The llama3 band's edges in turns per position (slow = low_freq_factor / original,
+    fast = high_freq_factor / original), from each pair's turns per position, which pairs
+    keep their frequency or are divided by the full factor, and the blend s of the others."""
+    np = import_numpy()
+    band = ~kept & ~divided
+    if band.sum() >= 2:  # s = (turns - slow) / (fast - slow): a line
+        slope, intercept = np.polyfit(turns[band], smooth, 1)
+        return -intercept / slope, -intercept / slope + 1 / slope
+    # fewer: the edges are only bounded, slow above the divided pairs, fast below the kept ones
+    below = turns[divided].max() if divided.any() else 0.0
+    above = turns[kept].min() if kept.any() else math.inf
+    if band.sum() == 1:
+        # on the line through the pair (u, s), fast = slow + (u - slow) / s falls as slow rises to u
+        u, s = turns[band][0], smooth[0]
+        lowest = max(below, (above * s - u) / (s - 1)) if above < math.inf else below
+        llama = u / (1 + 3 * s)  # the slow edge that makes high_freq_factor 4 low_freq_factor
+        slow = llama if lowest < llama < u else (lowest + u) / 2
+        return slow, slow + (u - slow) / s
+    if above < math.inf:
+        return below * (above / below) ** (1 / 3), below * (above / below) ** (2 / 3)
+    return 2 * below, 8 * below
+
+
+def rope_scaling_from_divisors(path, divisors, theta, head_size, known):
+    """The llama3 rule's (factor, low_freq_factor, high_freq_factor, original context)
+    that gives llama.cpp's per-pair frequency divisors (rope_freqs.weight); None when
+    every divisor is 1. known: those of the four that the file's metadata gives.
+
+    The largest divisor is the factor. Between the band edges (wavelengths original /
+    high_freq_factor and original / low_freq_factor), 1/divisor = (1 - s) / factor + s
+    with s linear in 1 / wavelength, so two pairs in the band fix both edges; with fewer,
+    any edges between the kept and the divided pairs do (Llama's high_freq_factor =
+    4 low_freq_factor when it fits). Only the edges matter, so the original context is
+    the file's, or the one that makes low_freq_factor 1. Round numbers are tried first,
+    and whatever is found must give every divisor back to float32 rounding."""
+    np = import_numpy()
+    d = np.asarray(divisors, np.float64)
+    if not (np.all(np.isfinite(d)) and np.all(d >= 1)):
+        raise ExportError(f"{path}: rope_freqs.weight holds a value that is not a number >= 1 "
+                          "(a frequency divisor); run.c cannot run this model")
+    if np.all(d == 1):
+        return None
+    factor = known.get("factor", float(d.max()))
+    freqs = float(theta) ** -(np.arange(0, head_size, 2) / head_size)
+    turns = freqs / (2 * math.pi)  # turns per position: 1 / wavelength, falling with the pair index
+    kept, divided = d == 1, d == factor
+    band = ~kept & ~divided
+    # Edges from inconsistent metadata (a factor of 1, say) come out infinite or NaN, quietly:
+    # they fail the check below.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slow, fast = rope_band_edges(turns, kept, divided, (1 / d[band] - 1 / factor) / (1 - 1 / factor))
+    candidates = [(factor, known.get("low", LLAMA3_ROPE_DEFAULTS[0]), known.get("high", LLAMA3_ROPE_DEFAULTS[1]),
+                   known.get("original", LLAMA3_ROPE_DEFAULTS[2]))]
+    if 0 < slow < fast < math.inf:
+        original = known.get("original") or max(1, round(1 / slow))
+        low, high = known.get("low", slow * original), known.get("high", fast * original)
+        candidates += [(factor, round(low, digits), round(high, digits), original) for digits in range(4)]
+        candidates.append((factor, low, high, original))
+    for factor, low, high, original in candidates:
+        stored = (f32(factor), f32(low), f32(high), int(original))  # as the header holds them
+        if 0 < stored[1] < stored[2] and 0 < stored[3] < 2 ** 31 and stored[0] > 0:
+            if np.all(np.abs(llama3_multipliers(freqs, *stored) - 1 / d) <= 1e-6):
+                return stored
+    raise ExportError(f"{path}: rope_freqs.weight: no llama3 RoPE scaling (factor, low_freq_factor, "
+                      f"high_freq_factor, original context) gives its {len(d)} frequency divisors; "
+                      "run.c cannot run this model")
+
+
+class GGUFSource(Source):
+    """A llama-architecture GGUF file. Its query and key rows are already in the
+    interleaved-pair order run.c rotates (llama.cpp's converter permutes them)."""
+
+    GGUF_NAMES = {
+        "tok_embeddings": "token_embd.weight", "norm": "output_norm.weight", "output": "output.weight",
+        "attention_norm": "blk.{}.attn_norm.weight", "wq": "blk.{}.attn_q.weight", "wk": "blk.{}.attn_k.weight",
+        "wv": "blk.{}.attn_v.weight", "wo": "blk.{}.attn_output.weight", "ffn_norm": "blk.{}.ffn_norm.weight",
+        "w1": "blk.{}.ffn_gate.weight", "w2": "blk.{}.ffn_down.weight", "w3": "blk.{}.ffn_up.weight",
+    }
+    ROPE_FREQS = "rope_freqs.weight"
+    SCALING_KEYS = {"factor": "llama.rope.scaling.factor", "low": "llama.rope.scaling.low_freq_factor",
+                    "high": "llama.rope.scaling.high_freq_factor",
+                    "original": "llama.rope.scaling.original_context_length"}
+
+    def __init__(self, path, seq_len=None):
+        self.path = path
+        self.gguf = GGUFFile(path)
+        meta, tensors = self.gguf.metadata, self.gguf.tensors
+        arch = meta.get("general.architecture")
+        if arch != "llama":
+            raise ExportError(f"{path}: general.architecture is {arch!r}: only \"llama\" (Llama 2 and 3, "
+                              "TinyLlama, Mistral) is supported")
+        self._refuse_unsupported()
+        dim = gguf_int(path, meta, "llama.embedding_length")
+        n_heads = self._per_layer("llama.attention.head_count")
+        if "tokenizer.ggml.tokens" in meta:
+            vocab = len(gguf_list(path, meta, "tokenizer.ggml.tokens", str))
+        elif "token_embd.weight" in tensors and len(tensors["token_embd.weight"].ne) == 2:
+            vocab = tensors["token_embd.weight"].ne[1]
+        else:
+            raise ExportError(f"{path}: no tokenizer.ggml.tokens and no 2-D token_embd.weight to give the "
+                              "vocabulary size")
+        if gguf_int(path, meta, "llama.vocab_size", vocab) != vocab:
+            raise ExportError(f"{path}: llama.vocab_size is {meta['llama.vocab_size']}, but the token list "
+                              f"(or token_embd.weight) has {vocab} tokens")
+        self.config = Config(
+            dim=dim,
+            hidden_dim=self._per_layer("llama.feed_forward_length"),
+            n_layers=gguf_int(path, meta, "llama.block_count"),
+            n_heads=n_heads,
+            n_kv_heads=self._per_layer("llama.attention.head_count_kv", n_heads),
+            vocab_size=vocab,
+            seq_len=seq_len or gguf_int(path, meta, "llama.context_length"),
+            rope_theta=gguf_float(path, meta, "llama.rope.freq_base", DEFAULT_ROPE_THETA),
+            norm_eps=gguf_float(path, meta, "llama.attention.layer_norm_rms_epsilon"),
+            shared_classifier="output.weight" not in tensors)
+        self.config.check()
+        head_size = self.config.head_size
+        for key in ("llama.rope.dimension_count", "llama.attention.key_length", "llama.attention.value_length"):
+            if gguf_int(path, meta, key, head_size) != head_size:
+                raise ExportError(f"{path}: {key} is {meta[key]}: run.c needs embedding_length / head_count = "
+                                  f"{head_size} (whole heads rotated, no other head size); run.c cannot run this model")
+        self._check_tensors()
+        self.config.rope_scaling = self._rope_scaling()
+        self.config.check()
+        self.show_progress = len(self.gguf.map) > 100 * 10 ** 6
+        self.q80_group_size = 32 if any(tensors[self._name(n, l)].type == GGML_Q8_0
+                                        for n, l in self._model_tensors() if n not in NORMS) else None
+
+    def _refuse_unsupported(self):
+        path, meta = self.path, self.gguf.metadata
+        if gguf_int(path, meta, "llama.expert_count", 0) > 0:
+            raise ExportError(f"{path}: llama.expert_count is {meta['llama.expert_count']}: mixture-of-experts "
+                              "models are not supported; run.c cannot run this model")
+        window = gguf_int(path, meta, "llama.attention.sliding_window", 0)
+        if 0 < window < gguf_int(path, meta, "llama.context_length", 0):
+            raise ExportError(f"{path}: llama.attention.sliding_window is {window}: sliding-window attention "
+                              "is not supported; run.c cannot run this model")
+
+    def _per_layer(self, key, default=None):
+        """A count that GGUF may give once or per layer; run.c needs one for all layers."""
+        value = self.gguf.metadata.get(key, default)
+        if isinstance(value, list) and value and all(v == value[0] for v in value):
+            value = value[0]
+        if isinstance(value, list):
+            raise ExportError(f"{self.path}: metadata key {key} differs between layers; run.c needs one value")
+        return gguf_int(self.path, {key: value} if value is not None else {}, key)
+
+    def _name(self, name, layer):
+        return self.GGUF_NAMES[name].format(layer)
+
+    def _model_tensors(self):
+        """(name, layer) of every tensor the model has, in llama2.c's names."""
+        return [(name, layer) for name in LAYOUTS[1] if not (name == "output" and self.config.shared_classifier)
+                for layer in (range(self.config.n_layers) if name in LAYER_TENSORS else [None])]
+
+    def _check_tensors(self):
+        """Every tensor there and of the expected shape and a type read here, nothing else: before writing."""
+        path, tensors = self.path, self.gguf.tensors
+        wanted = {self._name(name, layer): self.config.shape(name) for name, layer in self._model_tensors()}
+        wanted[self.ROPE_FREQS] = (self.config.head_size // 2,)
+        for name, tensor in tensors.items():
+            if name not in wanted:
+                raise ExportError(f"{path}: tensor {name} is not one of a Llama model's (run.c has no biases, "
+                                  "experts or other extra weights); run.c cannot run this model")
+            if tensor.type not in GGML_TYPES:
+                type_name = GGML_OTHER_TYPES.get(tensor.type, "unknown")
+                supported = ", ".join(t[0] for t in GGML_TYPES.values())
+                raise ExportError(f"{path}: tensor {name} has type {tensor.type} ({type_name}); supported: {supported}")
+            if tensor.shape != wanted[name]:
+                raise ExportError(f"{path}: tensor {name} has shape {list(tensor.shape)} "
+                                  f"(ne {list(tensor.ne)}), expected {list(wanted[name])}")
+            type_name, per_block, block_bytes = GGML_TYPES[tensor.type]
+            if tensor.ne[0] % per_block:
+                raise ExportError(f"{path}: tensor {name}: rows of {tensor.ne[0]} values are not whole "
+                                  f"{type_name} blocks of {per_block}")
+            end = self.gguf.data_start + tensor.offset + math.prod(tensor.ne) // per_block * block_bytes
+            if end > len(self.gguf.map):
+                raise ExportError(f"{path}: tensor {name} runs past the end of the file (truncated?)")
+        missing = [name for name in wanted if name not in tensors and name != self.ROPE_FREQS]
+        if missing:
+            raise ExportError(f"{path}: tensor {missing[0]} is missing")
+
+    def _rope_scaling(self):
+        """Llama 3.1's RoPE scaling as Config.rope_scaling (None if there is none), from
+        rope_freqs.weight and/or the llama.rope.scaling.* keys; other kinds refused."""
+        path, meta = self.path, self.gguf.metadata
+        kind = gguf_value(path, meta, "llama.rope.scaling.type", str, "none")
+        if kind not in ("none", "llama3"):
+            raise ExportError(f"{path}: llama.rope.scaling.type is {kind!r}: only Llama 3.1's RoPE scaling "
+                              "(rope_freqs.weight, or type \"llama3\") is supported; run.c cannot run this model")
+        known = {}
+        for field, key in self.SCALING_KEYS.items():
+            if key in meta:
+                known[field] = gguf_int(path, meta, key) if field == "original" else gguf_float(path, meta, key)
+        if kind == "none":
+            # without type llama3, a factor is llama.cpp's linear scaling
+            for key in ("llama.rope.scaling.factor", "llama.rope.scale_linear"):
+                if gguf_float(path, meta, key, 1.0) not in (0.0, 1.0):
+                    raise ExportError(f"{path}: {key} is {meta[key]}: linear RoPE scaling is not supported; "
+                                      "run.c cannot run this model")
+            known = {k: v for k, v in known.items() if k == "original"}
+        if self.ROPE_FREQS in self.gguf.tensors:
+            divisors = self.gguf.read_float32(self.gguf.tensors[self.ROPE_FREQS])
+            return rope_scaling_from_divisors(path, divisors, self.config.rope_theta, self.config.head_size, known)
+        if kind == "none":
+            return None
+        missing = [key for field, key in self.SCALING_KEYS.items() if field not in known]
+        if missing:
+            raise ExportError(f"{path}: llama.rope.scaling.type is \"llama3\" but {missing[0]} is missing "
+                              f"(and there is no {self.ROPE_FREQS})")
+        return tuple(known[field] for field in self.SCALING_KEYS)
+
+    def load(self, name, layer):
+        self.gguf.release()
+        return self.gguf.read_float32(self.gguf.tensors[self._name(name, layer)])
+
+    def q80(self, name, layer, group_size):
+        tensor = self.gguf.tensors[self._name(name, layer)]
+        if tensor.type != GGML_Q8_0 or group_size != 32:
+            return None
+        np = import_numpy()
+        self.gguf.release()
+        blocks = self.gguf.blocks(tensor)
+        return np.ascontiguousarray(blocks[:, 2:]).view(np.int8), f16_field(blocks, 0).ravel()
+
+
 # ===========================================================================
 # Writers
 
@@ -979,13 +1584,20 @@ def rope_tables(config):
 
 
 def quantize_q80(w, group_size):
-    """Symmetric int8 per group: scale = max|w|/127, q = w/scale rounded half to even."""
+    """Symmetric int8 per group: scale = max|w|/127, q = w/scale rounded half to even.
+    A million values at a time, so that the temporaries stay small next to w."""
     np = import_numpy()
-    groups = w.reshape(-1, group_size).astype(np.float32)
-    scale = np.abs(groups).max(axis=1) / np.float32(127.0)
-    divisor = np.where(scale == 0, np.float32(1.0), scale)  # an all-zero group stays 0
-    q = np.clip(np.rint(groups / divisor[:, None]), -127, 127).astype(np.int8)
-    return q, scale.astype(np.float32)
+    groups = w.reshape(-1, group_size)
+    q = np.empty(groups.shape, np.int8)
+    scale = np.empty(len(groups), np.float32)
+    step = max(1, (1 << 20) // group_size)
+    for begin in range(0, len(groups), step):
+        part = groups[begin:begin + step].astype(np.float32)
+        s = np.abs(part).max(axis=1) / np.float32(127.0)
+        divisor = np.where(s == 0, np.float32(1.0), s)  # an all-zero group stays 0
+        q[begin:begin + step] = np.clip(np.rint(part / divisor[:, None]), -127, 127)
+        scale[begin:begin + step] = s
+    return q, scale
 
 
 def choose_group_size(requested, config):
@@ -1013,14 +1625,20 @@ def write_checkpoint(source, out, version, group_size=0):
     else:
         out.write(header_v1(c, version, group_size))
         computed = {}
-    for name, layer in layout(version, c):
-        w = computed[name] if name in computed else source.tensor(name, layer)
-        if is_quantized(version, name):
-            q, scale = quantize_q80(w, group_size)
-            out.write(q.tobytes())
-            out.write(scale.tobytes())
+    tensors = list(layout(version, c))
+    for i, (name, layer) in enumerate(tensors, 1):
+        if name in computed:
+            out.write(computed[name])
+        elif is_quantized(version, name):
+            exact = source.q80(name, layer, group_size)
+            q, scale = exact if exact is not None else quantize_q80(source.tensor(name, layer), group_size)
+            out.write(q)
+            out.write(scale)
         else:
-            out.write(w.tobytes())
+            out.write(source.tensor(name, layer))
+        if source.show_progress:
+            print(f"\rexport.py: tensor {i} of {len(tensors)}, {out.tell() / 1e6:.0f} MB written",
+                  end="\n" if i == len(tensors) else "", file=sys.stderr, flush=True)
 
 
 def export_model(source, out, version, group_size):
@@ -1028,6 +1646,9 @@ def export_model(source, out, version, group_size):
         write_checkpoint(source, out, version)
         return f"version {version}, {source.config}"
     group_size = choose_group_size(group_size, source.config)
+    if source.q80_group_size and group_size != source.q80_group_size:
+        note(f"the input's int8 (Q8_0) matrices are quantized again at group size {group_size}; "
+             f"--group-size {source.q80_group_size} would copy them exactly")
     write_checkpoint(source, out, 2, group_size)
     return f"version 2 (group size {group_size}), {source.config}"
 
@@ -1059,7 +1680,8 @@ def main(argv=None):
     source.add_argument("--meta", metavar="DIR", help="Meta params.json + consolidated.*.pth folder (torch)")
     source.add_argument("--checkpoint", metavar="FILE", help="llama2.c training checkpoint ckpt.pt (torch)")
     source.add_argument("--bin", metavar="FILE", help="a checkpoint run.c reads (version 0, 1 or 2)")
-    source.add_argument("--tokenizer", metavar="FILE", help="tokenizer.model or tokenizer.json")
+    source.add_argument("--gguf", metavar="FILE", help="a GGUF file of architecture llama (llama.cpp's format)")
+    source.add_argument("--tokenizer", metavar="FILE", help="tokenizer.model, tokenizer.json or a GGUF file")
     parser.add_argument("--version", type=int, choices=(0, 1, 2), default=1,
                         help="output checkpoint version (default 1)")
     parser.add_argument("--group-size", type=int, default=64, help="version 2 group size (default 64)")
@@ -1079,6 +1701,8 @@ def main(argv=None):
                 src = MetaSource(args.meta, args.seq_len)
             elif args.checkpoint:
                 src = TrainingCheckpointSource(args.checkpoint, args.seq_len)
+            elif args.gguf:
+                src = GGUFSource(args.gguf, args.seq_len)
             else:
                 src = BinSource(args.bin, args.seq_len)
             what = write_atomically(args.out, lambda f: export_model(src, f, args.version, args.group_size))
