@@ -3660,11 +3660,9 @@ static int decode_step(Model *m, Decoder *d, Sampler *sampler, int steps, int *o
         }
         float total = 0;
         for (int i = 0; i < vocab; i++) total += p[i] = p[i] > q[i] ? p[i] - q[i] : 0.0f;
-        if (total > 0) {
-            out[n] = sample_mult(p, vocab, random_f32(&sampler->rng_state) * total);
-            break;
-        }
-        out[n] = t; /* p == q: nothing to correct */
+        /* total is 0 only when rounding made p and q equal: then keep the draft's token */
+        out[n] = total > 0 ? sample_mult(p, vocab, random_f32(&sampler->rng_state) * total) : t;
+        break;
     }
     d->accepted += n;
     /* the draft model's cache is valid up to the last accepted token */
