@@ -3548,6 +3548,22 @@ static float *run_tokens(Model *m, const int *tokens, int n, int pos, float *all
 #endif
 }
 
+/* A growing list of token ids. */
+typedef struct {
+    int *ids;
+    int n, cap;
+} TokenList;
+
+static void append_ids(TokenList *l, const int *ids, int n) {
+    if (l->n + n > l->cap) {
+        l->cap = 2 * (l->n + n);
+        l->ids = realloc(l->ids, (size_t)l->cap * sizeof(int));
+        if (!l->ids) fail("out of memory (%d tokens)", l->n + n);
+    }
+    memcpy(l->ids + l->n, ids, (size_t)n * sizeof(int));
+    l->n += n;
+}
+
 /* ------------------------------------------------------------------------- */
 /* Decoding, plain or speculative                                             */
 
@@ -3566,29 +3582,18 @@ typedef struct {
     Model *draft;      /* -d, or NULL */
     int lookup;        /* -l: the longest n-gram matched, 0 = off */
     int max_draft;     /* -k: tokens drafted per step */
-    int *seq;          /* every token so far: seq[i] is at position i */
-    int n_seq, cap;
+    TokenList seq;     /* every token so far: seq.ids[i] is at position i */
     int draft_pos;     /* the draft model's cache holds seq[0..draft_pos) */
     float *logits;     /* the model's logits for the pending token and each drafted one */
     float *draft_probs; /* [max_draft][vocab]: the distribution each drafted token was drawn from */
     long drafted, accepted;
 } Decoder;
 
-static void remember(Decoder *d, const int *tokens, int n) {
-    if (d->n_seq + n > d->cap) {
-        d->cap = 2 * (d->n_seq + n);
-        d->seq = realloc(d->seq, (size_t)d->cap * sizeof(int));
-        if (!d->seq) fail("out of memory (%d tokens of history)", d->n_seq + n);
-    }
-    memcpy(d->seq + d->n_seq, tokens, (size_t)n * sizeof(int));
-    d->n_seq += n;
-}
-
 /* Prompt lookup: the tokens that followed the latest earlier occurrence of the
    longest n-gram (up to d->lookup tokens) that ends the text; at most `limit`. */
 static int draft_from_text(const Decoder *d, int *out, int limit) {
-    const int *s = d->seq;
-    int n = d->n_seq;
+    const int *s = d->seq.ids;
+    int n = d->seq.n;
     for (int len = d->lookup < n - 1 ? d->lookup : n - 1; len >= 1; len--) {
         for (int end = n - 1; end >= len; end--) { /* an earlier n-gram ending before s[end] */
             if (memcmp(s + end - len, s + n - len, (size_t)len * sizeof(int)) != 0) continue;
@@ -3605,8 +3610,8 @@ static int draft_from_text(const Decoder *d, int *out, int limit) {
 static int draft_from_model(Decoder *d, Sampler *sampler, int *out, int limit) {
     Model *dm = d->draft;
     int vocab = dm->ck.config.vocab_size;
-    float *logits = run_tokens(dm, d->seq + d->draft_pos, d->n_seq - d->draft_pos, d->draft_pos, NULL);
-    d->draft_pos = d->n_seq;
+    float *logits = run_tokens(dm, d->seq.ids + d->draft_pos, d->seq.n - d->draft_pos, d->draft_pos, NULL);
+    d->draft_pos = d->seq.n;
     for (int k = 0; k < limit; k++) {
         if (sampler->temperature == 0.0f) {
             out[k] = sample_argmax(logits, vocab);
@@ -3626,8 +3631,8 @@ static int draft_from_model(Decoder *d, Sampler *sampler, int *out, int limit) {
    out: the accepted drafted tokens, then one drawn by the model. Drafts stay
    below position `steps`. Returns how many; the caller remembers them. */
 static int decode_step(Model *m, Decoder *d, Sampler *sampler, int steps, int *out) {
-    int pos = d->n_seq - 1, vocab = m->ck.config.vocab_size;
-    int pending = d->seq[pos];
+    int pos = d->seq.n - 1, vocab = m->ck.config.vocab_size;
+    int pending = d->seq.ids[pos];
     int limit = steps - 1 - pos < d->max_draft ? steps - 1 - pos : d->max_draft;
     int drafted[MAX_DRAFT + 1], n_drafted = 0;
     if (limit > 0 && d->draft) n_drafted = draft_from_model(d, sampler, drafted + 1, limit);
@@ -3706,10 +3711,10 @@ static void generate(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, con
         int next[MAX_DRAFT + 1], n_next = 1;
         next[0] = sample(sampler, run_tokens(m, prompt_tokens, n_prompt, 0, NULL));
         prompt_done = seconds_now();
-        remember(d, prompt_tokens, n_prompt);
+        append_ids(&d->seq, prompt_tokens, n_prompt);
         int token = prompt_tokens[n_prompt - 1], done = 0;
         for (;;) {
-            /* next[i] is at position d->n_seq + i: the last one may be `steps` */
+            /* next[i] is at position d->seq.n + i: the last one may be `steps` */
             for (int i = 0; i < n_next && !done; i++) {
                 if (is_stop(tok, next[i])) {
                     done = 1;
@@ -3723,8 +3728,8 @@ static void generate(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, con
                 token = next[i];
                 if (ferror(stdout)) done = 1; /* the reader is gone (EPIPE) */
             }
-            remember(d, next, n_next);
-            if (done || d->n_seq > steps) break;
+            append_ids(&d->seq, next, n_next);
+            if (done || d->seq.n > steps) break;
             n_next = decode_step(m, d, sampler, steps, next);
         }
     }
@@ -3755,22 +3760,6 @@ static char *format_string(const char *fmt, const char *a, const char *b) {
     char *out = xmalloc((size_t)n + 1);
     snprintf(out, (size_t)n + 1, fmt, a, b);
     return out;
-}
-
-/* A growing list of token ids. */
-typedef struct {
-    int *ids;
-    int n, cap;
-} TokenList;
-
-static void append_ids(TokenList *l, const int *ids, int n) {
-    if (l->n + n > l->cap) {
-        l->cap = 2 * (l->n + n);
-        l->ids = realloc(l->ids, (size_t)l->cap * sizeof(int));
-        if (!l->ids) fail("out of memory (chat prompt of %d tokens)", l->n + n);
-    }
-    memcpy(l->ids + l->n, ids, (size_t)n * sizeof(int));
-    l->n += n;
 }
 
 static void append_text(TokenList *l, const Tokenizer *tok, const char *text, size_t len) {
@@ -3847,7 +3836,7 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
         }
         TokenList prompt = chat_turn(tok, turn, system_prompt, user_prompt);
         free(user_prompt);
-        int pos = d->n_seq; /* positions used so far */
+        int pos = d->seq.n; /* positions used so far */
         if (pos + prompt.n >= steps) {
             fprintf(stderr, "run: the context is full: %d positions used, %d more needed, limit %d (-n); ending the chat\n",
                     pos, prompt.n, steps);
@@ -3858,13 +3847,13 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
         fflush(stdout);
         int next[MAX_DRAFT + 1], n_next = 1;
         next[0] = sample(sampler, run_tokens(m, prompt.ids, prompt.n, pos, NULL));
-        remember(d, prompt.ids, prompt.n);
+        append_ids(&d->seq, prompt.ids, prompt.n);
         int token = prompt.ids[prompt.n - 1];
         free(prompt.ids);
         int ended = 0, shown;
         for (;;) {
-            /* next[i] is at position d->n_seq + i; the answer stays below `steps` */
-            for (shown = 0; shown < n_next && d->n_seq + shown < steps; shown++) {
+            /* next[i] is at position d->seq.n + i; the answer stays below `steps` */
+            for (shown = 0; shown < n_next && d->seq.n + shown < steps; shown++) {
                 if (tok->kind == SENTENCEPIECE ? next[shown] == EOS_ID : is_stop(tok, next[shown])) {
                     ended = 1;
                     break;
@@ -3876,7 +3865,7 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
                 token = next[shown];
                 if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
             }
-            remember(d, next, shown);
+            append_ids(&d->seq, next, shown);
             if (ended || shown < n_next || ferror(stdout)) break;
             n_next = decode_step(m, d, sampler, steps, next);
         }
@@ -3889,9 +3878,9 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
         /* the end of the answer belongs to the context (where the model's stop
            token was; drafts past it are forgotten); llama2.c draws a token here
            that it never uses, and so do we, so a seed gives the same chat */
-        if (d->draft_pos > d->n_seq) d->draft_pos = d->n_seq;
-        sample(sampler, run_tokens(m, &end_of_answer, 1, d->n_seq, NULL));
-        remember(d, &end_of_answer, 1);
+        if (d->draft_pos > d->seq.n) d->draft_pos = d->seq.n;
+        sample(sampler, run_tokens(m, &end_of_answer, 1, d->seq.n, NULL));
+        append_ids(&d->seq, &end_of_answer, 1);
     }
     free(system_prompt);
 }
@@ -4030,7 +4019,7 @@ int main(int argc, char **argv) {
         if (strcmp(mode, "generate") == 0) generate(&m, &d, &tok, &sampler, prompt, (int)steps);
         else chat(&m, &d, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt, (int)steps);
         free(sampler.probindex);
-        free(d.seq); free(d.logits); free(d.draft_probs);
+        free(d.seq.ids); free(d.logits); free(d.draft_probs);
         if (draft_path) {
             stop_model(&draft);
             close_checkpoint(&draft.ck);

@@ -1793,18 +1793,18 @@ static void sample_second_tokens(Model *m, Decoder *d, float temperature, float 
     Sampler s = {vocab, temperature, topp, 0, malloc(vocab * sizeof(ProbIndex)), softmax};
     for (int seed = 1; seed <= n; seed++) {
         s.rng_state = (uint64_t)seed;
-        d->n_seq = 0;
+        d->seq.n = 0;
         d->draft_pos = 0;
         int prompt[1] = {BOS_ID}, next[MAX_DRAFT + 1];
         next[0] = sample(&s, run_tokens(m, prompt, 1, 0, NULL));
-        remember(d, prompt, 1);
-        remember(d, next, 1);
-        while (d->n_seq < 4) {
+        append_ids(&d->seq, prompt, 1);
+        append_ids(&d->seq, next, 1);
+        while (d->seq.n < 4) {
             int k = decode_step(m, d, &s, 16, next);
-            remember(d, next, k);
+            append_ids(&d->seq, next, k);
         }
-        counts2[d->seq[2]]++;
-        counts3[d->seq[3]]++;
+        counts2[d->seq.ids[2]]++;
+        counts3[d->seq.ids[3]]++;
     }
     free(s.probindex);
 }
@@ -1868,7 +1868,7 @@ static void test_speculative_sampling(void) {
               "the draft is right only sometimes (%ld of %ld), so both branches of the rule ran", speculative.accepted,
               speculative.drafted);
     }
-    free(plain.seq), free(speculative.seq), free(speculative.logits), free(speculative.draft_probs);
+    free(plain.seq.ids), free(speculative.seq.ids), free(speculative.logits), free(speculative.draft_probs);
     stop_model(&dm), stop_model(&m);
     stop_compute();
     close_checkpoint(&dm.ck), close_checkpoint(&m.ck);
