@@ -70,6 +70,7 @@ test-arm64: run_arm64 test_all_arm64 run_arm64_qemu
 demo: run
 	./run demo/model.bin -z demo/tokenizer.bin -t 0 -n 200 -i "Once upon a time"
 	./run demo/model.bin -z demo/tokenizer.bin -t 0.8 -s 42 -n 200 -i "Once upon a time"
+	./run demo/model.bin -z demo/tokenizer.bin -t 0 -n 200 -i "Once upon a time" -d demo/draft.bin
 
 bench: run
 	python3 bench.py

@@ -52,6 +52,9 @@ MODEL_ARGS = dict(dim=128, n_layers=5, n_heads=4, n_kv_heads=2,
                   vocab_size=1024, hidden_dim=384, multiple_of=32,
                   max_seq_len=256, norm_eps=1e-5)
 
+# --draft: a model about 7 times smaller, for speculative decoding (run -d)
+DRAFT_ARGS = dict(MODEL_ARGS, dim=64, n_layers=2, hidden_dim=192)
+
 FIXTURE_PROMPT = "Once upon a time, there was a little fox named Tom."
 
 
@@ -255,7 +258,8 @@ def step_train(args):
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
-    a = dict(MODEL_ARGS)
+    a = dict(DRAFT_ARGS if args.draft else MODEL_ARGS)
+    ckpt, log_name = ("draft_ckpt.pt", "draft_train_log.txt") if args.draft else ("ckpt.pt", "train_log.txt")
     T = a["max_seq_len"]
     seqs = encode_stories()
     n_val = max(1, len(seqs) // 20)
@@ -306,8 +310,8 @@ def step_train(args):
         model.train()
         return tot / 4
 
-    log = open(p("train_log.txt"), "w")
-    log.write(f"# made by: /usr/bin/python3 demo/train.py all --seed {args.seed}"
+    log = open(p(log_name), "w")
+    log.write(f"# made by: /usr/bin/python3 demo/train.py {'train --draft' if args.draft else 'all'} --seed {args.seed}"
               f" (count {args.count}, steps {args.steps}, batch {args.batch},"
               f" lr {args.lr}, threads {args.threads})\n")
     log.write(f"# model_args {a}, {nparams} parameters\n")
@@ -322,7 +326,7 @@ def step_train(args):
             print(line, flush=True)
             log.write(line + "\n")
             log.flush()
-            torch.save({"model": model.state_dict(), "model_args": a}, p("ckpt.pt"))
+            torch.save({"model": model.state_dict(), "model_args": a}, p(ckpt))
         if it == args.steps:
             break
         for g in opt.param_groups:
@@ -336,7 +340,7 @@ def step_train(args):
         running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
     log.write(f"# training time {time.time() - t0:.0f} s\n")
     log.close()
-    print(f"saved demo/ckpt.pt, training time {time.time() - t0:.0f} s")
+    print(f"saved demo/{ckpt}, training time {time.time() - t0:.0f} s")
 
 
 def step_v1(args):
@@ -402,6 +406,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--draft", action="store_true", help="train: the small draft model, into demo/draft_ckpt.pt")
     args = ap.parse_args()
     names = list(STEPS) if args.step == "all" else [args.step]
     for n in names:
