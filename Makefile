@@ -1,4 +1,4 @@
-# make demo           build ./run and let the model in demo/ tell a story
+# make demo           build ./run and let the model in demo/ tell stories (one with its draft)
 # make                build ./run
 # make test           build and run the test suite (test_all.c)
 # make test-sanitize  the same suite, built with AddressSanitizer and UBSan
