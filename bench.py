@@ -119,7 +119,7 @@ def speculative_bench(kernels):
     flatters both drafts' acceptance next to a trained model's."""
     fp32, int8 = models(*SHAPES[1][:2])
     cores = os.cpu_count() or 1
-    setups = [("plain", ()), ("draft: int8 copy, -k 4", ("-d", int8, "-k", "4")), ("prompt lookup, -l 3", ("-l", "3"))]
+    setups = [("plain", ()), ("draft: int8 copy, -k 6", ("-d", int8, "-k", "6")), ("prompt lookup, -l 3", ("-l", "3"))]
     best = {name: (0.0, None) for name, _ in setups}
     for _ in range(3):
         for name, extra in setups:
