@@ -4,9 +4,10 @@
 
    The program memory-maps a flat checkpoint (llama2.c's legacy layout, or the
    versioned layouts with a 256-byte header, fp32 or int8), encodes the prompt
-   with a SentencePiece-compatible BPE tokenizer, and then loops: the model
-   turns one token at one position into logits over the vocabulary, the sampler
-   picks the next token, and its text piece is printed.
+   with a BPE tokenizer (SentencePiece's for Llama 2, byte-level for Llama 3),
+   and then loops: the model turns one token at one position into logits over
+   the vocabulary, the sampler picks the next token, and its text piece is
+   printed.
 
    The file has three parts:
    Part I, the model: config and weights, run state, the math blocks, forward(),
@@ -16,7 +17,8 @@
      forward_batch(), which runs many tokens at once. Everything there computes
      exactly what Part I does, bit for bit; the tests check it. `make PLAIN=1`
      (-DRUN_PLAIN) leaves Part II out.
-   Part III: generate, chat, and the command line. */
+   Part III: generate, chat (speculative decoding optional), and the command
+   line. An appendix holds the Unicode tables of Llama 3's pre-tokenizer. */
 
 #include <ctype.h>
 #include <errno.h>
