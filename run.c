@@ -815,7 +815,6 @@ static void load_tokenizer(Tokenizer *t, const char *path, int vocab_size) {
         remaining -= len;
     }
     t->offset[vocab_size] = used;
-    fclose(f);
     char *shrunk = realloc(t->text, used);
     if (shrunk) t->text = shrunk;
 
@@ -837,6 +836,7 @@ static void load_tokenizer(Tokenizer *t, const char *path, int vocab_size) {
     sort_tokenizer = t;
     qsort(t->sorted, t->n_sorted, sizeof(int), compare_piece_ids);
     if (t->kind == BYTE_LEVEL_BPE) check_byte_pieces(t, path);
+    fclose(f);
 }
 
 static void free_tokenizer(Tokenizer *t) {
