@@ -1204,10 +1204,11 @@ static int compare_prob_desc(const void *a, const void *b) {
     return (x->index > y->index) - (x->index < y->index);
 }
 
-/* Nucleus sampling: draw from the smallest set of most likely tokens whose
-   probabilities sum past topp. Tokens below (1 - topp) / (n - 1) cannot be in
-   that set, so they are dropped before sorting. */
-static int sample_topp(const float *probs, int n, float topp, ProbIndex *probindex, float coin) {
+/* The nucleus: the smallest set of most likely tokens whose probabilities sum
+   past topp, sorted into probindex, most likely first. Returns its size (0 when
+   no token reaches the cutoff) and its probability in *total. Tokens below
+   (1 - topp) / (n - 1) cannot be in it, so they are dropped before sorting. */
+static int nucleus(const float *probs, int n, float topp, ProbIndex *probindex, float *total) {
     int n0 = 0;
     const float cutoff = (1.0f - topp) / (n - 1);
     for (int i = 0; i < n; i++) {
@@ -1217,7 +1218,7 @@ static int sample_topp(const float *probs, int n, float topp, ProbIndex *probind
             n0++;
         }
     }
-    if (n0 == 0) return sample_mult(probs, n, coin);
+    if (n0 == 0) return 0;
     qsort(probindex, n0, sizeof(ProbIndex), compare_prob_desc);
     float cumulative_prob = 0.0f;
     int last = n0 - 1;
@@ -1228,13 +1229,22 @@ static int sample_topp(const float *probs, int n, float topp, ProbIndex *probind
             break;
         }
     }
-    float r = coin * cumulative_prob;
+    *total = cumulative_prob;
+    return last + 1;
+}
+
+/* Nucleus sampling: draw from the nucleus. */
+static int sample_topp(const float *probs, int n, float topp, ProbIndex *probindex, float coin) {
+    float total;
+    int kept = nucleus(probs, n, topp, probindex, &total);
+    if (kept == 0) return sample_mult(probs, n, coin);
+    float r = coin * total;
     float cdf = 0.0f;
-    for (int i = 0; i <= last; i++) {
+    for (int i = 0; i < kept; i++) {
         cdf += probindex[i].prob;
         if (r < cdf) return probindex[i].index;
     }
-    return probindex[last].index;
+    return probindex[kept - 1].index;
 }
 
 /* Picks the next token; overwrites logits with probabilities when sampling. */
@@ -1255,24 +1265,11 @@ static void sampling_distribution(Sampler *s, float *logits) {
     for (int i = 0; i < n; i++) logits[i] /= s->temperature;
     s->softmax(logits, n);
     if (s->topp <= 0 || s->topp >= 1) return;
-    /* sample_topp()'s nucleus: the same cutoff, order and cumulative sum */
-    int n0 = 0;
-    const float cutoff = (1.0f - s->topp) / (n - 1);
-    for (int i = 0; i < n; i++)
-        if (logits[i] >= cutoff) s->probindex[n0++] = (ProbIndex){logits[i], i};
-    if (n0 == 0) return;
-    qsort(s->probindex, n0, sizeof(ProbIndex), compare_prob_desc);
-    float cumulative_prob = 0.0f;
-    int last = n0 - 1;
-    for (int i = 0; i < n0; i++) {
-        cumulative_prob += s->probindex[i].prob;
-        if (cumulative_prob > s->topp) {
-            last = i;
-            break;
-        }
-    }
+    float total;
+    int kept = nucleus(logits, n, s->topp, s->probindex, &total);
+    if (kept == 0) return;
     memset(logits, 0, n * sizeof(float));
-    for (int i = 0; i <= last; i++) logits[s->probindex[i].index] = s->probindex[i].prob / cumulative_prob;
+    for (int i = 0; i < kept; i++) logits[s->probindex[i].index] = s->probindex[i].prob / total;
 }
 
 /* ========================================================================= */
