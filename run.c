@@ -2459,9 +2459,16 @@ static inline __attribute__((always_inline)) void fma4_neon(f64x4 *out, const f6
 static f32x4 expf4_neon(f32x4 x) { return expf4_body(x, fma4_neon); }
 #endif
 
-/* int8 dot product of len bytes (a multiple of 16) as 4 partial int32 sums,
-   whose total is the exact dot product. DotFn: how the generic bodies get it. */
-typedef i32x4 (*DotFn)(const int8_t *w, const int8_t *x, int len);
+/* int8 dot products of 8 rows with x over len bytes (a multiple of 16): row
+   r starts at w + r * n; lane r of *total is its exact total. Dot8Fn: how
+   the generic bodies get it. */
+typedef void (*Dot8Fn)(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len);
+
+/* Lane r of *total: the sum of the four lanes of acc[r]. */
+static inline __attribute__((always_inline)) void totals8(i32x8 *total, const i32x4 acc[8]) {
+    i32x4 halves[2] = {sum_lanes4(acc), sum_lanes4(acc + 4)};
+    memcpy(total, halves, sizeof *total);
+}
 
 /* acc += for 8 tokens, (x_a * w_a + x_b * w_b) where x holds each token's two
    int16 values a, b side by side and w_pair holds w_a in its low and w_b in its
@@ -2469,23 +2476,36 @@ typedef i32x4 (*DotFn)(const int8_t *w, const int8_t *x, int len);
 typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
 
 #if defined(__x86_64__)
-/* 32 bytes at a time: vpmaddubsw multiplies unsigned by signed bytes, so it
-   gets |w| and x with w's sign; a pair of products is at most 2 * 128 * 127,
-   which fits its int16 (x is never -128: quantize() gives -127..127). */
-static __attribute__((target("avx2"))) i32x4 dot_avx2(const int8_t *w, const int8_t *x, int len) {
-    __m256i acc = _mm256_setzero_si256();
+/* 32 bytes of each row at a time: vpmaddubsw multiplies unsigned by signed
+   bytes, so it gets |w| and x with w's sign; a pair of products is at most
+   2 * 128 * 127, which fits its int16 (x is never -128: quantize() gives
+   -127..127). The 8 rows' sums stay in registers until one reduction (vphaddd)
+   at the end: that, not the multiplies, is what limits small groups. */
+static inline __attribute__((always_inline)) __attribute__((target("avx2"))) void
+dot8_avx2(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
+    __m256i acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_si256();
     int k = 0;
     for (; k + 32 <= len; k += 32) {
-        __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k)), xv = _mm256_loadu_si256((const __m256i *)(x + k));
-        __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k));
+        for (int r = 0; r < 8; r++) {
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(w + r * n + k));
+            __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+            acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+        }
     }
-    for (; k < len; k += 16) {
-        __m256i w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + k)));
+    if (k < len) { /* 16 bytes left: widen to int16 */
         __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + k)));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(w16, x16));
+        for (int r = 0; r < 8; r++) {
+            __m256i w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + r * n + k)));
+            acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(w16, x16));
+        }
     }
-    return (i32x4)_mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    __m256i rows01 = _mm256_hadd_epi32(acc[0], acc[1]), rows23 = _mm256_hadd_epi32(acc[2], acc[3]);
+    __m256i rows45 = _mm256_hadd_epi32(acc[4], acc[5]), rows67 = _mm256_hadd_epi32(acc[6], acc[7]);
+    __m256i rows0123 = _mm256_hadd_epi32(rows01, rows23), rows4567 = _mm256_hadd_epi32(rows45, rows67);
+    *total = (i32x8)_mm256_add_epi32(_mm256_permute2x128_si256(rows0123, rows4567, 0x20),
+                                     _mm256_permute2x128_si256(rows0123, rows4567, 0x31));
 }
 
 static __attribute__((target("avx2"))) void pair_avx2(i32x8 *acc, const int16_t *x, int32_t w_pair) {
@@ -2495,17 +2515,20 @@ static __attribute__((target("avx2"))) void pair_avx2(i32x8 *acc, const int16_t 
 
 /* SSE2 has no sign extension of bytes: interleave a byte with itself and
    shift the 16-bit result right arithmetically. */
-static i32x4 dot_sse(const int8_t *w, const int8_t *x, int len) {
-    __m128i acc = _mm_setzero_si128();
+static inline __attribute__((always_inline)) void dot8_sse(i32x8 *total, const int8_t *w, size_t n, const int8_t *x,
+                                                          int len) {
+    i32x4 acc[8] = {{0}};
     for (int k = 0; k < len; k += 16) {
-        __m128i wv = _mm_loadu_si128((const __m128i *)(w + k)), xv = _mm_loadu_si128((const __m128i *)(x + k));
-        __m128i w_lo = _mm_srai_epi16(_mm_unpacklo_epi8(wv, wv), 8),
-                w_hi = _mm_srai_epi16(_mm_unpackhi_epi8(wv, wv), 8);
-        __m128i x_lo = _mm_srai_epi16(_mm_unpacklo_epi8(xv, xv), 8),
-                x_hi = _mm_srai_epi16(_mm_unpackhi_epi8(xv, xv), 8);
-        acc = _mm_add_epi32(acc, _mm_add_epi32(_mm_madd_epi16(w_lo, x_lo), _mm_madd_epi16(w_hi, x_hi)));
+        __m128i xv = _mm_loadu_si128((const __m128i *)(x + k));
+        __m128i x_lo = _mm_srai_epi16(_mm_unpacklo_epi8(xv, xv), 8), x_hi = _mm_srai_epi16(_mm_unpackhi_epi8(xv, xv), 8);
+        for (int r = 0; r < 8; r++) {
+            __m128i wv = _mm_loadu_si128((const __m128i *)(w + r * n + k));
+            __m128i w_lo = _mm_srai_epi16(_mm_unpacklo_epi8(wv, wv), 8),
+                    w_hi = _mm_srai_epi16(_mm_unpackhi_epi8(wv, wv), 8);
+            acc[r] += (i32x4)_mm_add_epi32(_mm_madd_epi16(w_lo, x_lo), _mm_madd_epi16(w_hi, x_hi));
+        }
     }
-    return (i32x4)acc;
+    totals8(total, acc);
 }
 
 static void pair_sse(i32x8 *acc, const int16_t *x, int32_t w_pair) {
@@ -2519,14 +2542,21 @@ static void pair_sse(i32x8 *acc, const int16_t *x, int32_t w_pair) {
 
 #if defined(__aarch64__)
 /* vmull_s8: 8 exact int16 products; vpadalq_s16 adds neighbouring pairs into int32. */
-static i32x4 dot_neon(const int8_t *w, const int8_t *x, int len) {
-    int32x4_t acc = vdupq_n_s32(0);
+static inline __attribute__((always_inline)) void dot8_neon(i32x8 *total, const int8_t *w, size_t n, const int8_t *x,
+                                                           int len) {
+    int32x4_t acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = vdupq_n_s32(0);
     for (int k = 0; k < len; k += 16) {
-        int8x16_t wv = vld1q_s8(w + k), xv = vld1q_s8(x + k);
-        acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(wv), vget_low_s8(xv)));
-        acc = vpadalq_s16(acc, vmull_high_s8(wv, xv));
+        int8x16_t xv = vld1q_s8(x + k);
+        for (int r = 0; r < 8; r++) {
+            int8x16_t wv = vld1q_s8(w + r * n + k);
+            acc[r] = vpadalq_s16(acc[r], vmull_s8(vget_low_s8(wv), vget_low_s8(xv)));
+            acc[r] = vpadalq_s16(acc[r], vmull_high_s8(wv, xv));
+        }
     }
-    return (i32x4)acc;
+    i32x4 sums[8];
+    memcpy(sums, acc, sizeof sums);
+    totals8(total, sums);
 }
 
 /* pmaddwd's job on NEON: widening products of 4 tokens' pairs, then the pairs added (vpaddq). */
@@ -2717,10 +2747,11 @@ quantize_body(int8_t *q, float *scale, const float *x, int n, int group_size) {
 
 /* matvec_q8(), 8 rows at a time (one per lane) for group sizes that are a
    multiple of 16: each row's integer dot product per group is exact in any
-   order; the float sum over groups runs in the plain order. */
+   order; the float sum over groups runs in the plain order. Each 64-byte line
+   of the rows ahead is prefetched once, by the group that starts in it. */
 static inline __attribute__((always_inline)) void
 matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
-               int end, DotFn dot) {
+               int end, Dot8Fn dot8) {
     int i = begin, groups = n / group_size;
     size_t ahead = prefetch_ahead(n, 8);
     if (group_size % 16 == 0)
@@ -2729,15 +2760,12 @@ matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, i
             const float *block_scale = w->scale + (size_t)i * groups;
             f32x8 val = {0};
             for (int g = 0; g < groups; g++) {
-                i32x4 partial[8];
-                for (int r = 0; r < 8; r++) {
-                    const int8_t *row = block + (size_t)r * n + g * group_size;
-                    for (int k = 0; k < group_size; k += 64) prefetch(row + k, ahead);
-                    partial[r] = dot(row, xq + g * group_size, group_size);
-                }
-                i32x4 halves[2] = {sum_lanes4(partial), sum_lanes4(partial + 4)};
+                const int8_t *group = block + g * group_size;
+                for (int r = 0; r < 8; r++)
+                    for (int k = (64 - g * group_size % 64) % 64; k < group_size; k += 64)
+                        prefetch(group + (size_t)r * n + k, ahead);
                 i32x8 ival;
-                memcpy(&ival, halves, sizeof ival);
+                dot8(&ival, group, n, xq + g * group_size, group_size);
                 f32x8 ws;
                 for (int r = 0; r < 8; r++) ws[r] = block_scale[(size_t)r * groups + g];
                 val += __builtin_convertvector(ival, f32x8) * ws * xs[g];
@@ -3035,7 +3063,7 @@ static AVX2 void quantize_avx2(int8_t *q, float *scale, const float *x, int n, i
 }
 static AVX2 void matvec_q8_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                                 int begin, int end) {
-    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_avx2);
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_avx2);
 }
 static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out_t, const void *scratch,
                                        const Matrix *w, int n, int group_size, int T, int begin, int end) {
@@ -3063,7 +3091,7 @@ static void matmul_tokens_sse(float *out, size_t out_stride, float *out_t, const
 }
 static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                           int begin, int end) {
-    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_sse);
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_sse);
 }
 static void matmul_q8_tokens_sse(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w,
                                  int n, int group_size, int T, int begin, int end) {
@@ -3087,7 +3115,7 @@ static void quantize_neon(int8_t *q, float *scale, const float *x, int n, int gr
 }
 static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                            int begin, int end) {
-    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot_neon);
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_neon);
 }
 static void matmul_q8_tokens_neon(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w,
                                   int n, int group_size, int T, int begin, int end) {
