@@ -2102,16 +2102,16 @@ static Q8Tokens q8_tokens_layout(const void *scratch, int n, int group_size, int
 
 /* acc[r][v] = the integer dot products of weights [j0, j1) of rows row.. with
    the tokens of vectors v0.. */
-typedef void (*Q8GroupDots)(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int width, int R, int v0,
+typedef void (*Q8GroupDots)(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0,
                             int V, int j0, int j1);
 
 static inline __attribute__((always_inline)) VNNI void
-group_dots_vnni(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
+group_dots_vnni(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
                 int j1) {
     for (int j = j0; j < j1; j += 4) {
         if (j % 64 == 0) /* a new cache line of these rows: ask for the next rows' line now */
             for (int r = 0; r < R; r++) prefetch(w + (size_t)r * n + j, (size_t)R * n);
-        __m512i xv[4];
+        __m512i xv[2];
         for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(x + (size_t)(j / 4) * width + 16 * (v0 + v));
         for (int r = 0; r < R; r++) {
             int32_t four;
@@ -2123,7 +2123,7 @@ group_dots_vnni(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int
 }
 
 static inline __attribute__((always_inline)) AVX512 void
-group_dots_madd(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
+group_dots_madd(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
                 int j1) {
     for (int jb = j0; jb < j1; jb += 64) {
         int len = j1 - jb < 64 ? j1 - jb : 64;
@@ -2131,17 +2131,15 @@ group_dots_madd(__m512i acc[6][4], const int32_t *x, const int8_t *w, int n, int
         for (int r = 0; r < R; r++) {
             const int8_t *src = w + (size_t)r * n + jb;
             prefetch(src, (size_t)R * n);
-            if (len == 64) {
-                _mm512_storeu_si512(pairs[r], _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)src)));
-                _mm512_storeu_si512(pairs[r] + 16, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(src + 32))));
-            } else {
-                for (int k = 0; k < len; k += 2)
-                    pairs[r][k / 2] = (int32_t)((uint16_t)(int16_t)src[k] | (uint32_t)(uint16_t)(int16_t)src[k + 1] << 16);
-            }
+            int k = 0;
+            for (; k + 32 <= len; k += 32)
+                _mm512_storeu_si512(pairs[r] + k / 2, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(src + k))));
+            for (; k < len; k += 2)
+                pairs[r][k / 2] = (int32_t)((uint16_t)(int16_t)src[k] | (uint32_t)(uint16_t)(int16_t)src[k + 1] << 16);
         }
         const int32_t *xp = x + (size_t)(jb / 2) * width + 16 * v0; /* the tokens' pair jb / 2 + p */
         for (int p = 0; p < len / 2; p++, xp += width) {
-            __m512i xv[4];
+            __m512i xv[2];
             for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(xp + 16 * v);
             for (int r = 0; r < R; r++) {
                 __m512i pair = _mm512_set1_epi32(pairs[r][p]);
@@ -2155,11 +2153,11 @@ static inline __attribute__((always_inline)) AVX512 void
 q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row, int R,
                 int v0, int V, Q8GroupDots group_dots) {
     int groups = n / group_size;
-    __m512 val[6][4];
+    __m512 val[6][2];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++) val[r][v] = _mm512_setzero_ps();
     for (int g = 0; g < groups; g++) {
-        __m512i acc[6][4];
+        __m512i acc[6][2];
         for (int r = 0; r < R; r++)
             for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
         group_dots(acc, in.x, w->q + (size_t)row * n, n, width, R, v0, V, g * group_size, (g + 1) * group_size);
@@ -2178,30 +2176,26 @@ q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_siz
         for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
 }
 
-/* Rows [begin, end) for all T tokens, in blocks of R rows by V vectors of 16
-   tokens: constant R and V keep the sums in registers, R * V integer and as
-   many float ones, at most 24 of the 32. */
+/* Rows [begin, end) for all T tokens, in blocks of 6 rows by V (1 or 2)
+   vectors of 16 tokens: constant sizes keep the sums in registers, 12 integer
+   and 12 float ones. (6 by 2 measured fastest: more vectors would widen the
+   weights less often, but leave fewer registers for rows.) */
 static inline __attribute__((always_inline)) AVX512 void
 q8_tokens_rows(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int begin, int end,
                int v0, int V, Q8GroupDots dots) {
-    int i = begin, R = V <= 2 ? 6 : 12 / V;
-    for (; i + R <= end; i += R) q8_tokens_block(out_t, in, w, n, group_size, width, i, R, v0, V, dots);
+    int i = begin;
+    for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, V, dots);
     for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, V, dots);
 }
 
-/* The whole batch: 2 vectors of tokens at a time with VNNI (max_v 2), all of
-   them at once without, so that each block's weights are widened only once. */
+/* The whole batch, 2 vectors of tokens at a time. */
 static inline __attribute__((always_inline)) AVX512 void
 matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, Q8Tokens in, const Matrix *w, int n,
-                      int group_size, int T, int begin, int end, Q8GroupDots dots, int max_v) {
+                      int group_size, int T, int begin, int end, Q8GroupDots dots) {
     int width = (T + 15) / 16 * 16;
-    for (int v0 = 0; v0 < width / 16; v0 += max_v) {
-        switch (width / 16 - v0 < max_v ? width / 16 - v0 : max_v) {
-        case 1: q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 1, dots); break;
-        case 2: q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 2, dots); break;
-        case 3: q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 3, dots); break;
-        default: q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 4, dots); break;
-        }
+    for (int v0 = 0; v0 < width / 16; v0 += 2) {
+        if (v0 + 2 <= width / 16) q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 2, dots);
+        else q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 1, dots);
     }
     transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
@@ -2209,14 +2203,14 @@ matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, Q8Tokens in, 
 static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
                                        const Matrix *w, int n, int group_size, int T, int begin, int end) {
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
-    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_vnni, 2);
+    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_vnni);
 }
 
 static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float *out_t, const void *scratch,
                                            const Matrix *w, int n, int group_size, int T, int begin, int end) {
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 2);
     in.bias = NULL;
-    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_madd, 4);
+    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_madd);
 }
 
 /* VNNI layout: 4 int8 values of a token per slot (by 32-bit transposes), the
