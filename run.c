@@ -1904,10 +1904,59 @@ static AVX512 void matmul_tokens_rows(float *out_t, const float *x_t, const floa
     }
 }
 
+/* Batched matvec for a few tokens (T <= 8), whose lanes above would be
+   mostly padding: rows in lanes as in matvec_avx512, and each transposed
+   16x16 block of weights serves all T tokens, T independent sums (one chain
+   of adds in column order each, so more tokens come almost free). */
+static inline __attribute__((always_inline)) AVX512 void
+few_tokens_rows(float *out, size_t out_stride, const float *x_t, int width, const float *w, int n, int T, int begin,
+                int end) {
+    size_t ahead = prefetch_ahead(n * sizeof(float), 16);
+    int i = begin;
+    for (; i + 16 <= end; i += 16) {
+        const float *block = w + (size_t)i * n;
+        __m512 acc[8];
+        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        for (int j = 0; j < n; j += 16) {
+            int cols = n - j < 16 ? n - j : 16;
+            __m512 r[16];
+            for (int k = 0; k < 16; k++) {
+                prefetch(block + (size_t)k * n + j, ahead);
+                r[k] = _mm512_maskz_loadu_ps((__mmask16)((1u << cols) - 1), block + (size_t)k * n + j);
+            }
+            transpose16(r);
+            if (cols == 16) /* the whole block, unrolled */
+                for (int c = 0; c < 16; c++)
+                    for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(r[c], _mm512_set1_ps(x_t[(size_t)(j + c) * width + t])));
+            else
+                for (int c = 0; c < cols; c++)
+                    for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(r[c], _mm512_set1_ps(x_t[(size_t)(j + c) * width + t])));
+        }
+        for (int t = 0; t < T; t++) _mm512_storeu_ps(out + t * out_stride + i, acc[t]);
+    }
+    for (; i < end; i++)
+        for (int t = 0; t < T; t++) {
+            float val = 0.0f;
+            for (int j = 0; j < n; j++) val += w[(size_t)i * n + j] * x_t[(size_t)j * width + t];
+            out[t * out_stride + i] = val;
+        }
+}
+
 /* Rows [begin, end) of out[t][i] = W[i] . x[t] for T tokens, via out_t. */
 static AVX512 void matmul_tokens_avx512(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
                                int n, int T, int begin, int end) {
     int V = (T + 15) / 16, width = 16 * V;
+    switch (T) { /* a constant T keeps the sums in registers */
+    case 2: few_tokens_rows(out, out_stride, x_t, width, w, n, 2, begin, end); return;
+    case 3: few_tokens_rows(out, out_stride, x_t, width, w, n, 3, begin, end); return;
+    case 4: few_tokens_rows(out, out_stride, x_t, width, w, n, 4, begin, end); return;
+    case 5: few_tokens_rows(out, out_stride, x_t, width, w, n, 5, begin, end); return;
+    case 6: few_tokens_rows(out, out_stride, x_t, width, w, n, 6, begin, end); return;
+    case 7: few_tokens_rows(out, out_stride, x_t, width, w, n, 7, begin, end); return;
+    case 8: few_tokens_rows(out, out_stride, x_t, width, w, n, 8, begin, end); return;
+    }
     switch (V) { /* constant V lets the compiler keep the accumulators in registers */
     case 1: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 1); break;
     case 2: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 2); break;
@@ -2673,10 +2722,49 @@ tokens_to_rows(float *out, size_t out_stride, const float *out_t, int T, int beg
    that the block of x_t (256 x 64 floats) stays in cache while all the rows
    pass; within a block, R rows at a time (their weights stay in L1) by every
    token vector. Partial sums wait in out_t, transposed into out at the end. */
+/* Batched matvec for a few tokens (T <= 4, one vector of them, mostly
+   padding): rows in lanes as in matvec_rows, each transposed 8x8 block of
+   weights serving all T tokens, T independent sums in column order. */
+static inline __attribute__((always_inline)) void
+few_tokens_rows8(float *out, size_t out_stride, const float *x_t, const float *w, int n, int T, int begin, int end,
+                 TransposeFn transpose) {
+    size_t ahead = prefetch_ahead(n * sizeof(float), 8);
+    int i = begin;
+    for (; i + 8 <= end; i += 8) {
+        const float *block = w + (size_t)i * n;
+        f32x8 acc[4] = {{0}}, col[8];
+        int j = 0;
+        for (; j + 8 <= n; j += 8) {
+            if (j % 16 == 0)
+                for (int k = 0; k < 8; k++) prefetch(block + (size_t)k * n + j, ahead);
+            transpose(col, block + j, n);
+            for (int c = 0; c < 8; c++)
+                for (int t = 0; t < T; t++) acc[t] += col[c] * x_t[(j + c) * 8 + t];
+        }
+        if (j < n) {
+            transpose8_partial(col, block + j, n, 8, n - j, transpose);
+            for (int c = 0; c < n - j; c++)
+                for (int t = 0; t < T; t++) acc[t] += col[c] * x_t[(j + c) * 8 + t];
+        }
+        for (int t = 0; t < T; t++) memcpy(out + t * out_stride + i, &acc[t], sizeof acc[t]);
+    }
+    for (; i < end; i++)
+        for (int t = 0; t < T; t++) {
+            float val = 0.0f;
+            for (int j = 0; j < n; j++) val += w[(size_t)i * n + j] * x_t[j * 8 + t];
+            out[t * out_stride + i] = val;
+        }
+}
+
 static inline __attribute__((always_inline)) void
 matmul_tokens_body(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
                    int begin, int end, int R, int V, TransposeFn transpose) {
     int width = token_width(T), vectors = width / 8;
+    switch (T) { /* a constant T keeps the sums in registers */
+    case 2: few_tokens_rows8(out, out_stride, x_t, w, n, 2, begin, end, transpose); return;
+    case 3: few_tokens_rows8(out, out_stride, x_t, w, n, 3, begin, end, transpose); return;
+    case 4: few_tokens_rows8(out, out_stride, x_t, w, n, 4, begin, end, transpose); return;
+    }
     for (int jb = 0; jb < n; jb += 256) {
         int je = jb + 256 < n ? jb + 256 : n;
         int i = begin;

@@ -229,7 +229,7 @@ static void test_batched_matmul(void) {
     for (int i = 0; i < d * n; i++) wq[i] = (int8_t)(lcg_uniform() * 128);
     float *plain = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast = calloc((size_t)MAX_BATCH * d, sizeof(float));
     float *fast16 = calloc((size_t)MAX_BATCH * 16, sizeof(float));
-    static const int batch[] = {1, 5, 16, 17, 40, MAX_BATCH};
+    static const int batch[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, MAX_BATCH}; /* 2-8: the few-token paths */
     static const int group_sizes[] = {0, 4, 32, 64}; /* 0: fp32 */
     for (int threads = 1; threads <= 2; threads++) {
         start_threads(threads);
