@@ -3937,12 +3937,13 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
    of the logits. Prints "perplexity P nll N bpb B tokens T": N the mean over
    the T tokens, P = exp(N), and B bits per byte of the text. The logits come
    SCORED_PIECE tokens at a time, so a window never needs [window][vocab]. */
-static void perplexity(Model *m, const Tokenizer *tok, const char *text, const char *source, int window) {
+static void perplexity(Model *m, const Tokenizer *tok, const char *text, const char *text_file, int window) {
     int vocab = m->ck.config.vocab_size;
     size_t text_bytes = strlen(text);
     int n_tokens;
     int *ids = encode(tok, text, text_bytes, 0, 0, &n_tokens);
-    if (n_tokens == 0 || text_bytes == 0) fail("%s: the text is empty (no tokens to score)", source);
+    if (n_tokens == 0 || text_bytes == 0)
+        fail("%s%s: the text is empty (no tokens to score)", text_file ? "-f " : "-i", text_file ? text_file : "");
     int chunk = window - 1;
     int n_windows = n_tokens / chunk + (n_tokens % chunk != 0);
     float *logits = xmalloc((size_t)SCORED_PIECE * vocab * sizeof(float));
@@ -4125,7 +4126,7 @@ int main(int argc, char **argv) {
         if (window < 2) fail("-n %d: a perplexity window needs 2 positions at least (BOS and a token)", window);
         start_compute((int)threads);
         start_model(&m, window, 1);
-        perplexity(&m, &tok, prompt, prompt_file ? prompt_file : "-i", window);
+        perplexity(&m, &tok, prompt, prompt_file, window);
         stop_model(&m);
         stop_compute();
     } else {
