@@ -3936,7 +3936,8 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
    -log p(token | BOS and the chunk's tokens before it), from the plain softmax
    of the logits. Prints "perplexity P nll N bpb B tokens T": N the mean over
    the T tokens, P = exp(N), and B bits per byte of the text. The logits come
-   SCORED_PIECE tokens at a time, so a window never needs [window][vocab]. */
+   SCORED_PIECE tokens at a time, so a window never needs [window][vocab]. The
+   model is started here, for the positions a window of this text uses. */
 static void perplexity(Model *m, const Tokenizer *tok, const char *text, const char *text_file, int window) {
     int vocab = m->ck.config.vocab_size;
     size_t text_bytes = strlen(text);
@@ -3946,6 +3947,7 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const c
         fail("%s%s: the text is empty (no tokens to score)", text_file ? "-f " : "-i", text_file ? text_file : "");
     int chunk = window - 1;
     int n_windows = n_tokens / chunk + (n_tokens % chunk != 0);
+    start_model(m, n_tokens < chunk ? n_tokens : chunk, 1);
     float *logits = xmalloc((size_t)SCORED_PIECE * vocab * sizeof(float));
     int input[SCORED_PIECE];
     int show_progress = isatty(STDERR_FILENO);
@@ -3970,6 +3972,7 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const c
     fflush(stdout);
     fprintf(stderr, "scored: %d tokens, %.1f tok/s; windows: %d of %d positions at most\n", n_tokens,
             seconds > 0 ? n_tokens / seconds : 0.0, n_windows, window);
+    stop_model(m);
     free(logits);
     free(ids);
 }
@@ -4125,9 +4128,7 @@ int main(int argc, char **argv) {
         int window = !steps_given || steps == 0 || steps > c->seq_len ? c->seq_len : (int)steps;
         if (window < 2) fail("-n %d: a perplexity window needs 2 positions at least (BOS and a token)", window);
         start_compute((int)threads);
-        start_model(&m, window, 1);
         perplexity(&m, &tok, prompt, prompt_file, window);
-        stop_model(&m);
         stop_compute();
     } else {
         if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
