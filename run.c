@@ -486,6 +486,19 @@ static void softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
+/* -log softmax(logits)[target], the model's surprise at `target`: the log of
+   the sum of exp(logits) minus the target's logit. In double, with the max
+   taken out before exp() (log-sum-exp), so no sum overflows or loses the
+   small terms. */
+static double negative_log_likelihood(const float *logits, int n, int target) {
+    float max_val = logits[0];
+    for (int i = 1; i < n; i++)
+        if (logits[i] > max_val) max_val = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - max_val);
+    return max_val + log(sum) - logits[target];
+}
+
 /* out[i] = W[i] . x for the rows i in [begin, end) of W [d][n]. */
 static void matvec(float *out, const float *x, const float *w, int n, int begin, int end) {
     for (int i = begin; i < end; i++) {
@@ -3640,8 +3653,16 @@ static void stop_model(Model *m) {
     free_run_state(&m->state);
 }
 
+/* run_tokens() returns every token's logits for at most this many tokens at
+   once: Part II's batch. */
+#ifdef RUN_PLAIN
+enum { SCORED_PIECE = 64 };
+#else
+enum { SCORED_PIECE = MAX_BATCH };
+#endif
+
 /* Runs tokens[0..n) at positions pos.. and returns the last one's logits; with
-   all_logits ([n][vocab_size], n <= MAX_DRAFT + 1), every token's go there.
+   all_logits ([n][vocab_size], n <= SCORED_PIECE), every token's go there.
    Part II's batched forward when it is built, else forward() one at a time. */
 static float *run_tokens(Model *m, const int *tokens, int n, int pos, float *all_logits) {
 #ifdef RUN_PLAIN
@@ -3995,6 +4016,56 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
 }
 
 /* ------------------------------------------------------------------------- */
+/* Perplexity                                                                 */
+
+/* How well the model predicts a text. The text, encoded without BOS, is cut
+   into consecutive chunks of window - 1 tokens (the last may be shorter); each
+   chunk runs after BOS from position 0, and each of its tokens is scored by
+   -log p(token | BOS and the chunk's tokens before it), from the plain softmax
+   of the logits. Prints "perplexity P nll N bpb B tokens T": N the mean over
+   the T tokens, P = exp(N), and B bits per byte of the text. The logits come
+   SCORED_PIECE tokens at a time, so a window never needs [window][vocab]. The
+   model is started here, for the positions a window of this text uses. */
+static void perplexity(Model *m, const Tokenizer *tok, const char *text, const char *text_file, int window) {
+    int vocab = m->ck.config.vocab_size;
+    size_t text_bytes = strlen(text);
+    int n_tokens;
+    int *ids = encode(tok, text, text_bytes, 0, 0, &n_tokens);
+    if (n_tokens == 0 || text_bytes == 0)
+        fail("%s%s: the text is empty (no tokens to score)", text_file ? "-f " : "-i", text_file ? text_file : "");
+    int chunk = window - 1;
+    int n_windows = n_tokens / chunk + (n_tokens % chunk != 0);
+    start_model(m, n_tokens < chunk ? n_tokens : chunk, 1);
+    float *logits = xmalloc((size_t)SCORED_PIECE * vocab * sizeof(float));
+    int input[SCORED_PIECE];
+    int show_progress = isatty(STDERR_FILENO);
+    double total_nll = 0.0, start = seconds_now();
+    for (int w = 0; w < n_windows; w++) {
+        const int *scored = ids + (size_t)w * chunk;
+        int len = n_tokens - w * chunk < chunk ? n_tokens - w * chunk : chunk;
+        /* the input at position p is BOS or scored[p - 1]; its logits score scored[p] */
+        for (int done = 0; done < len; done += SCORED_PIECE) {
+            int piece = len - done < SCORED_PIECE ? len - done : SCORED_PIECE;
+            for (int i = 0; i < piece; i++) input[i] = done + i == 0 ? tok->bos_id : scored[done + i - 1];
+            run_tokens(m, input, piece, done, logits);
+            for (int i = 0; i < piece; i++)
+                total_nll += negative_log_likelihood(logits + (size_t)i * vocab, vocab, scored[done + i]);
+        }
+        if (show_progress) fprintf(stderr, "\rperplexity: window %d of %d", w + 1, n_windows);
+    }
+    double seconds = seconds_now() - start;
+    if (show_progress) fprintf(stderr, "\n");
+    double nll = total_nll / n_tokens;
+    printf("perplexity %.8g nll %.8g bpb %.8g tokens %d\n", exp(nll), nll, total_nll / (M_LN2 * text_bytes), n_tokens);
+    fflush(stdout);
+    fprintf(stderr, "scored: %d tokens, %.1f tok/s; windows: %d of %d positions at most\n", n_tokens,
+            seconds > 0 ? n_tokens / seconds : 0.0, n_windows, window);
+    stop_model(m);
+    free(logits);
+    free(ids);
+}
+
+/* ------------------------------------------------------------------------- */
 /* Command line                                                               */
 
 static const char *usage_line = "usage: run <checkpoint> [options]   (run -h lists the options)";
@@ -4008,9 +4079,11 @@ static void usage(FILE *out) {
             "  -p <float>  top-p (nucleus) threshold in [0,1], default 0.9; 0 or 1 = off\n"
             "  -s <int>    random seed, >= 0, default 0 = from the time\n"
             "  -n <int>    positions to run, prompt included, >= 0, default 256; 0 = the context length\n"
-            "  -i <string> input prompt\n"
+            "  -i <string> input prompt (perplexity: the text to score)\n"
+            "  -f <string> file to read the prompt or text from instead of -i; - reads stdin\n"
             "  -z <string> tokenizer file, default tokenizer.bin\n"
-            "  -m <string> mode: generate (default), chat, or tokenize (print the prompt's ids)\n"
+            "  -m <string> mode: generate (default), chat, tokenize (print the prompt's ids),\n"
+            "              or perplexity (score the text: windows of -n positions, default the context)\n"
             "  -y <string> system prompt in chat mode\n"
             "  -j <int>    threads, >= 1, default: one per CPU core\n"
             "  -d <string> draft model for speculative decoding (same vocabulary)\n"
@@ -4050,11 +4123,36 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
     return v;
 }
 
+/* The whole of a file (`-` for stdin) as a string: its bytes as they are.
+   A NUL byte would end the string early, so it is refused. */
+static char *read_text_file(const char *path) {
+    int is_stdin = strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) fail("-f %s: %s", path, strerror(errno));
+    size_t len = 0, cap = 4096;
+    char *text = xmalloc(cap);
+    for (;;) {
+        len += fread(text + len, 1, cap - 1 - len, f);
+        if (len < cap - 1) break;
+        if (cap > SIZE_MAX / 2) fail("-f %s: the file is too large", path);
+        cap *= 2;
+        char *grown = realloc(text, cap);
+        if (!grown) fail("-f %s: out of memory (the file is over %zu bytes)", path, len);
+        text = grown;
+    }
+    if (ferror(f)) fail("-f %s: %s", path, strerror(errno));
+    if (!is_stdin) fclose(f);
+    text[len] = '\0';
+    if (strlen(text) != len) fail("-f %s: a NUL byte at offset %zu (the text must have none)", path, strlen(text));
+    return text;
+}
+
 int main(int argc, char **argv) {
     const char *checkpoint_path = NULL, *tokenizer_path = "tokenizer.bin";
-    const char *prompt = NULL, *system_prompt = NULL, *mode = "generate";
+    const char *prompt = NULL, *prompt_file = NULL, *system_prompt = NULL, *mode = "generate";
     float temperature = 1.0f, topp = 0.9f;
     long long seed = 0, steps = 256, threads = 0, lookup = 0, max_draft = 0;
+    int steps_given = 0; /* perplexity's windows are the whole context unless -n says otherwise */
     const char *draft_path = NULL;
     signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, not a kill */
 
@@ -4069,15 +4167,16 @@ int main(int argc, char **argv) {
             checkpoint_path = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpsnizmyjdlk", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpsnifzmyjdlk", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
         case 't': temperature = parse_float(arg, val, 0.0f, INFINITY); break;
         case 'p': topp = parse_float(arg, val, 0.0f, 1.0f); break;
         case 's': seed = parse_int(arg, val, 0, LLONG_MAX); break;
-        case 'n': steps = parse_int(arg, val, 0, INT32_MAX); break;
+        case 'n': steps = parse_int(arg, val, 0, INT32_MAX), steps_given = 1; break;
         case 'i': prompt = val; break;
+        case 'f': prompt_file = val; break;
         case 'z': tokenizer_path = val; break;
         case 'm': mode = val; break;
         case 'y': system_prompt = val; break;
@@ -4088,17 +4187,24 @@ int main(int argc, char **argv) {
         }
     }
     if (!checkpoint_path) bad_flag("no checkpoint given");
-    if (strcmp(mode, "generate") && strcmp(mode, "chat") && strcmp(mode, "tokenize"))
-        bad_flag("-m: unknown mode '%s' (generate, chat or tokenize)", mode);
+    if (strcmp(mode, "generate") && strcmp(mode, "chat") && strcmp(mode, "tokenize") && strcmp(mode, "perplexity"))
+        bad_flag("-m: unknown mode '%s' (generate, chat, tokenize or perplexity)", mode);
     if (draft_path && lookup) bad_flag("-d and -l: draft from a model or from the text, not both");
     if (max_draft && !draft_path && !lookup) bad_flag("-k needs -d or -l");
+    int scoring = strcmp(mode, "perplexity") == 0;
+    if (scoring && (draft_path || lookup)) bad_flag("-d and -l speed up generate and chat; -m perplexity has no use for them");
+    if (prompt && prompt_file) fail("-i and -f: give the text one way, not both");
+    if (scoring && !prompt && !prompt_file) fail("-m perplexity needs the text to score: -i TEXT or -f FILE");
 
     Model m;
     open_checkpoint(&m.ck, checkpoint_path);
     const Config *c = &m.ck.config;
     Tokenizer tok;
     load_tokenizer(&tok, tokenizer_path, c->vocab_size);
+    char *file_text = prompt_file ? read_text_file(prompt_file) : NULL;
+    if (file_text) prompt = file_text;
     if (!prompt) prompt = "";
+    if (threads == 0) threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
 
     if (strcmp(mode, "tokenize") == 0) {
         int n;
@@ -4106,9 +4212,14 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
         printf("\n");
         free(ids);
+    } else if (scoring) {
+        int window = !steps_given || steps == 0 || steps > c->seq_len ? c->seq_len : (int)steps;
+        if (window < 2) fail("-n %d: a perplexity window needs 2 positions at least (BOS and a token)", window);
+        start_compute((int)threads);
+        perplexity(&m, &tok, prompt, prompt_file, window);
+        stop_compute();
     } else {
         if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
-        if (threads == 0) threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
         SoftmaxFn fast_softmax = start_compute((int)threads);
         start_model(&m, (int)steps, draft_path || lookup);
         Model draft;
@@ -4136,6 +4247,7 @@ int main(int argc, char **argv) {
         stop_model(&m);
         stop_compute();
     }
+    free(file_text);
     free_tokenizer(&tok);
     close_checkpoint(&m.ck);
     return 0;

@@ -1451,6 +1451,61 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
     check(r.status == 0 && strcmp(r.out, "1\n") == 0, "tokenize of the empty prompt is BOS: '%s'", r.out);
 }
 
+/* -m perplexity as the program runs it (Part II: pieces of a window in batches)
+   against the rule worked out here with forward(), one token at a time: the
+   text's ids in chunks of W - 1, each after BOS from position 0, each token's
+   -log softmax in long double. The digits tokenizer makes " k" the one token k
+   for k = 3..9, so the ids are known without the encoder. Windows of 7 positions (a short
+   last chunk), 100 (two batches of logits) and, with no -n, the context (160). */
+static void test_perplexity_mode(const char *tokenizer) {
+    TinyModel m = tiny_model(0, 160);
+    Buffer v1 = write_checkpoint(&m, 1, 0, 0, 0);
+    char *model = write_temp(v1.data, v1.n);
+    enum { N_TEXT = 151 };
+    int ids[N_TEXT];
+    char text[N_TEXT * 2 + 1] = "";
+    for (int i = 0; i < N_TEXT; i++) {
+        ids[i] = 3 + i * i % 7;
+        sprintf(text + strlen(text), i ? " %d" : "%d", ids[i]);
+    }
+    Checkpoint ck;
+    open_checkpoint(&ck, model);
+    static const int windows[] = {7, 100, 160};
+    for (int w = 0; w < 3; w++) {
+        int window = windows[w], chunk = window - 1;
+        RunState s;
+        init_run_state(&s, &ck.config, window);
+        long double total = 0;
+        for (int start = 0; start < N_TEXT; start += chunk) {
+            for (int p = 0; p < chunk && start + p < N_TEXT; p++) {
+                const float *logits = forward(&ck, &s, p == 0 ? 1 : ids[start + p - 1], p);
+                long double top = logits[0], sum = 0;
+                for (int i = 1; i < m.vocab; i++) top = fmaxl(top, logits[i]);
+                for (int i = 0; i < m.vocab; i++) sum += expl(logits[i] - top);
+                total += top + logl(sum) - logits[ids[start + p]];
+            }
+        }
+        free_run_state(&s);
+        double nll = (double)(total / N_TEXT), bpb = (double)(total / (logl(2) * strlen(text)));
+        char n_flag[16];
+        snprintf(n_flag, sizeof n_flag, "%d", window);
+        RunResult r;
+        if (window == m.seq_len) run_args(&r, NULL, model, "-z", tokenizer, "-m", "perplexity", "-i", text, NULL);
+        else run_args(&r, NULL, model, "-z", tokenizer, "-m", "perplexity", "-n", n_flag, "-i", text, NULL);
+        double got_ppl = 0, got_nll = 0, got_bpb = 0;
+        int got_tokens = 0, consumed = 0;
+        int parsed = sscanf(r.out, "perplexity %lf nll %lf bpb %lf tokens %d\n%n", &got_ppl, &got_nll, &got_bpb,
+                            &got_tokens, &consumed) == 4 && r.out[consumed] == '\0';
+        check(r.status == 0 && parsed && got_tokens == N_TEXT && fabs(got_nll - nll) <= 1e-6 * nll &&
+                  fabs(got_ppl - exp(nll)) <= 1e-6 * exp(nll) && fabs(got_bpb - bpb) <= 1e-6 * bpb,
+              "perplexity, windows of %d: want nll %.8g, perplexity %.8g, bpb %.8g, %d tokens; got exit %d: %s%s",
+              window, nll, exp(nll), bpb, N_TEXT, r.status, r.out, r.err);
+    }
+    close_checkpoint(&ck);
+    unlink(model), free(model), free(v1.data);
+    free_tiny(&m);
+}
+
 /* ------------------------------------------------------------------------- */
 /* Real models from ../shared                                                 */
 
@@ -1976,6 +2031,7 @@ int main(void) {
     test_speculative_flags(model, tokenizer);
     test_generate_limits(model, tokenizer);
     test_fuzz_regressions(model, tokenizer);
+    test_perplexity_mode(tokenizer);
     unlink(model), unlink(tokenizer), free(model), free(tokenizer), free(v0.data);
     free_tiny(&m);
 

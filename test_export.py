@@ -254,18 +254,14 @@ def llama3_inv_freq(inv_freq, scaling):
     return np.where(is_medium, smoothed, inv_freq_llama).astype(np.float32)
 
 
-def hf_generate(w, config, prompt_ids, steps, stop_ids=(1, 2)):
-    """Greedy ids (BOS and prompt first) the way ./run counts: `steps` positions,
-    stop before an id in stop_ids (BOS/EOS). Returns (ids, top-1/top-2 logit gap of
-    each generated token)."""
+def hf_hidden(w, config, ids):
+    """The final normed hidden state of every position of `ids` [T][dim], one
+    causal pass from position 0; times the lm_head (hf_lm_head) gives the logits."""
     f32 = np.float32
     dim, heads = config["hidden_size"], config["num_attention_heads"]
     kv_heads, layers = config["num_key_value_heads"], config["num_hidden_layers"]
     eps, theta = f32(config["rms_norm_eps"]), config["rope_theta"]
     hd = dim // heads
-    lm_head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    if config["tie_word_embeddings"]:
-        lm_head = w["model.embed_tokens.weight"]
 
     def rms_norm(x, weight):
         variance = np.mean(x * x, axis=-1, keepdims=True)
@@ -281,34 +277,48 @@ def hf_generate(w, config, prompt_ids, steps, stop_ids=(1, 2)):
         assert scaling.get("rope_type", scaling.get("type")) == "llama3", scaling
         inv_freq = llama3_inv_freq(inv_freq, scaling)
 
+    T = len(ids)
+    freqs = np.outer(np.arange(T, dtype=f32), inv_freq).astype(f32)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb).astype(f32), np.sin(emb).astype(f32)
+    mask = np.triu(np.full((T, T), -np.inf, dtype=f32), k=1)
+    x = w["model.embed_tokens.weight"][ids]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"])
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, heads, hd).transpose(1, 0, 2)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, kv_heads, hd).transpose(1, 0, 2)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, kv_heads, hd).transpose(1, 0, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = np.repeat(k, heads // kv_heads, axis=0)  # repeat_kv
+        v = np.repeat(v, heads // kv_heads, axis=0)
+        scores = q @ k.transpose(0, 2, 1) / f32(np.sqrt(hd)) + mask
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        probs = scores / scores.sum(axis=-1, keepdims=True)
+        attn = (probs @ v).transpose(1, 0, 2).reshape(T, dim)
+        x = x + attn @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"])
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        up = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + ((gate / (1 + np.exp(-gate))) * up) @ w[p + "mlp.down_proj.weight"].T
+    return rms_norm(x, w["model.norm.weight"])
+
+
+def hf_lm_head(w, config):
+    if config["tie_word_embeddings"]:
+        return w["model.embed_tokens.weight"]
+    return w.get("lm_head.weight", w["model.embed_tokens.weight"])
+
+
+def hf_generate(w, config, prompt_ids, steps, stop_ids=(1, 2)):
+    """Greedy ids (BOS and prompt first) the way ./run counts: `steps` positions,
+    stop before an id in stop_ids (BOS/EOS). Returns (ids, top-1/top-2 logit gap of
+    each generated token)."""
+    lm_head = hf_lm_head(w, config)
+
     def logits_of(ids):
-        T = len(ids)
-        freqs = np.outer(np.arange(T, dtype=f32), inv_freq).astype(f32)
-        emb = np.concatenate([freqs, freqs], axis=-1)
-        cos, sin = np.cos(emb).astype(f32), np.sin(emb).astype(f32)
-        mask = np.triu(np.full((T, T), -np.inf, dtype=f32), k=1)
-        x = w["model.embed_tokens.weight"][ids]
-        for i in range(layers):
-            p = f"model.layers.{i}."
-            h = rms_norm(x, w[p + "input_layernorm.weight"])
-            q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, heads, hd).transpose(1, 0, 2)
-            k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, kv_heads, hd).transpose(1, 0, 2)
-            v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, kv_heads, hd).transpose(1, 0, 2)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            k = np.repeat(k, heads // kv_heads, axis=0)  # repeat_kv
-            v = np.repeat(v, heads // kv_heads, axis=0)
-            scores = q @ k.transpose(0, 2, 1) / f32(np.sqrt(hd)) + mask
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            probs = scores / scores.sum(axis=-1, keepdims=True)
-            attn = (probs @ v).transpose(1, 0, 2).reshape(T, dim)
-            x = x + attn @ w[p + "self_attn.o_proj.weight"].T
-            h = rms_norm(x, w[p + "post_attention_layernorm.weight"])
-            gate = h @ w[p + "mlp.gate_proj.weight"].T
-            up = h @ w[p + "mlp.up_proj.weight"].T
-            x = x + ((gate / (1 + np.exp(-gate))) * up) @ w[p + "mlp.down_proj.weight"].T
-        x = rms_norm(x, w["model.norm.weight"])
-        return x[-1] @ lm_head.T
+        return hf_hidden(w, config, ids)[-1] @ lm_head.T
 
     ids = list(prompt_ids)
     gaps = []
@@ -804,6 +814,114 @@ def test_hf(tokenizer):
     rc, err = export(path("mistral.bin"), "--hf", d)
     ok("MistralForCausalLM without sliding window exports, same bytes as the Llama one",
        rc == 0 and same_bytes(path("mistral.bin"), v1), err)
+
+
+# ---------------------------------------------------------------------------
+# -m perplexity and -f, against the numpy reference
+
+PERPLEXITY_LINE = re.compile(r"perplexity (\S+) nll (\S+) bpb (\S+) tokens (\d+)\n")
+
+
+def hf_perplexity(w, config, text_ids, bos, window, text_bytes):
+    """The perplexity rule from the reference forward: the text's ids (no BOS) in
+    chunks of window - 1, each run as BOS + chunk from position 0; every chunk
+    token scored by -log softmax (in float64) of the logits before it.
+    Returns (perplexity, mean nll, bits per byte, tokens scored)."""
+    lm_head = hf_lm_head(w, config)
+    chunk = window - 1
+    total, count = 0.0, 0
+    for start in range(0, len(text_ids), chunk):
+        scored = text_ids[start:start + chunk]
+        logits = (hf_hidden(w, config, [bos] + scored[:-1]) @ lm_head.T).astype(np.float64)
+        top = logits.max(axis=1, keepdims=True)
+        log_sum_exp = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        total += float(np.sum(log_sum_exp - logits[np.arange(len(scored)), scored]))
+        count += len(scored)
+    nll = total / count
+    return math.exp(nll), nll, total / (math.log(2) * text_bytes), count
+
+
+def run_perplexity(model, tokenizer, *args, stdin=None):
+    """./run -m perplexity with args; returns (returncode, stdout, stderr)."""
+    try:
+        p = subprocess.run([RUN, model, "-z", tokenizer, "-m", "perplexity"] + [str(a) for a in args],
+                           input=stdin, capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        return -1, "", str(e)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def test_perplexity(tokenizer):
+    name = "-m perplexity"
+    if tokenizer is None:
+        skip(name, "no 32000-piece tokenizer.bin (../shared and ./tokenizer.bin missing)")
+        return
+    if not have_run():
+        skip(name, f"{RUN} not built")
+        return
+    cfg = hf_config()
+    raw = make_hf_weights(seed=31)
+    weights = {n: stored(a, "F32") for n, a in raw.items()}
+    write_hf_folder(path("ppl"), raw, cfg, "F32")
+    model = path("ppl.bin")
+    rc, err = export(model, "--hf", path("ppl"))
+    if not ok(f"{name}: export the F32 model", rc == 0, err):
+        return
+    # Several sentences, one word with a two-byte letter (bpb counts bytes, not letters).
+    text = " ".join(["Once upon a time, a little fox named Pip lived near the old mill.",
+                     "Every morning she ran to the river to look at the fish and the stones.",
+                     "One day her friend the owl said: let us go to the café in the village!",
+                     "They walked for 12 hours, sang 3 songs and found 7 red apples on the way."] * 4)
+    text_bytes = len(text.encode("utf-8"))
+    try:
+        import sentencepiece
+        sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(SHARED, "tokenizer", "llama2.model"))
+        ids = sp.encode(text)
+    except Exception:
+        ids = None
+    if not ids:  # ./run's own encoder (checked against SentencePiece elsewhere), its BOS dropped
+        ids = (run_tokenize(model, tokenizer, text) or [None])[1:]
+    if not ids:
+        skip(name, "no way to tokenize the text (sentencepiece, ./run -m tokenize)")
+        return
+    text_file = path("ppl.txt")
+    with open(text_file, "wb") as f:
+        f.write(text.encode("utf-8"))
+    # -n 16: windows of 15 text tokens, the last one shorter; -n 100: a window runs
+    # in two batches of logits (64 + 35); no -n: the whole context, 256 positions.
+    cases = [("-n 16 -i", 16, ["-n", 16, "-i", text], None),
+             ("-n 16 -f FILE", 16, ["-n", 16, "-f", text_file], None),
+             ("-n 16 -f - (stdin)", 16, ["-n", 16, "-f", "-"], text.encode("utf-8")),
+             ("-n 100 -i", 100, ["-n", 100, "-i", text], None),
+             ("no -n (the context, 256) -f FILE", 256, ["-f", text_file], None)]
+    for label, window, args, stdin in cases:
+        chunk = window - 1
+        want = hf_perplexity(weights, cfg, ids, 1, window, text_bytes)
+        rc, out, err = run_perplexity(model, tokenizer, *args, stdin=stdin)
+        line = PERPLEXITY_LINE.fullmatch(out)
+        ok(f"{name} {label}: one line 'perplexity P nll N bpb B tokens T'", rc == 0 and line is not None,
+           f"rc {rc}; stdout {out!r}; stderr {err[-300:]}")
+        if not line:
+            continue
+        got = [float(line.group(i)) for i in (1, 2, 3)] + [int(line.group(4))]
+        ok(f"{name} {label}: T is the text's {len(ids)} tokens ({-(-len(ids) // chunk)} windows, "
+           f"the last of {len(ids) - (len(ids) - 1) // chunk * chunk})", got[3] == len(ids), f"got {got[3]}")
+        close = all(abs(g - r) <= 1e-4 * abs(r) for g, r in zip(got[:3], want[:3]))
+        ok(f"{name} {label}: perplexity, nll and bpb within 1e-4 of the numpy reference", close,
+           f"got {got[:3]}, reference {list(want[:3])}")
+    # Errors: one line on stderr that names the file or the flags
+    errors = [("a missing file", ["-f", path("no_such.txt")], None, [path("no_such.txt")]),
+              ("-i with -f", ["-i", text, "-f", text_file], None, ["-i", "-f"]),
+              ("empty text (-i '')", ["-i", ""], None, ["-i", "empty"]),
+              ("empty text (-f - on empty stdin)", ["-f", "-"], b"", ["-f", "empty"]),
+              ("no text", [], None, ["-i", "-f"]),
+              ("a NUL byte in the file", ["-f", "-"], b"ab\0cd", ["-f", "NUL"]),
+              ("-n 1", ["-n", 1, "-i", text], None, ["-n"])]
+    for label, args, stdin, needles in errors:
+        rc, out, err = run_perplexity(model, tokenizer, *args, stdin=stdin)
+        ok(f"{name}: {label} is an error, one line naming {' and '.join(needles)}",
+           rc != 0 and out == "" and err.count("\n") == 1 and all(n in err for n in needles),
+           f"rc {rc}; stdout {out!r}; stderr {err!r}")
 
 
 # ---------------------------------------------------------------------------
@@ -2314,6 +2432,7 @@ def main():
         repo_tok = os.path.join(HERE, "tokenizer.bin")
         tokenizer = sp_export or (repo_tok if os.path.exists(repo_tok) else None)
         test_hf(tokenizer)
+        test_perplexity(tokenizer)
         test_llama3(tokenizer)
         test_llama3_vocab()
         test_gguf(tokenizer)
