@@ -422,7 +422,7 @@ static float rope_frequency(const Config *c, int i, int head_size) {
     return (1 - smooth) * freq / c->rope_scaling_factor + smooth * freq;
 }
 
-/* Buffers for positions 0 .. n_pos - 1 (generate and chat stay below -n). */
+/* Buffers for positions 0 .. n_pos - 1: the context (generate and chat shift it when it is full). */
 static void init_run_state(RunState *s, const Config *c, int n_pos) {
     size_t kv_dim = (size_t)c->dim / c->n_heads * c->n_kv_heads;
     size_t head_size = c->dim / c->n_heads;
@@ -662,6 +662,43 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
     linear(s->logits, s->x, &w->classifier, dim, c->vocab_size, &s->xq, gs);
     return s->logits;
 }
+/* ------------------------------------------------------------------------- */
+/* Context shift: making room in a full cache without running the model again */
+
+/* One head's key turned back by the angles cos_back/sin_back of each pair:
+   (k0, k1) rotated by -angle, into out (a different row). */
+static void rotate_back(float *out, const float *key, int head_size, const float *cos_back, const float *sin_back) {
+    for (int i = 0; i < head_size; i += 2) {
+        float c = cos_back[i / 2], s = sin_back[i / 2];
+        float k0 = key[i], k1 = key[i + 1];
+        out[i] = k0 * c + k1 * s;
+        out[i + 1] = k1 * c - k0 * s;
+    }
+}
+
+/* Drops the cache rows [keep, keep + drop) of every layer and moves the rows
+   [keep + drop, end) down by `drop`. A cached key is RoPE(Wk x) at its
+   position; rotations add up, so turning each pair back by drop times its
+   frequency gives the key of the same token `drop` positions earlier, with the
+   RoPE tables' own angles (Llama 3's scaling included). Values carry no
+   position: they only move. The layers are not run again. */
+static void shift_cache(RunState *s, const Config *c, int keep, int drop, int end) {
+    int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    const float *cos_back = s->rope_cos + (size_t)drop * head_size / 2; /* the angles of `drop` positions */
+    const float *sin_back = s->rope_sin + (size_t)drop * head_size / 2;
+    for (int l = 0; l < c->n_layers; l++) {
+        float *keys = s->key_cache + (size_t)l * s->n_pos * kv_dim;
+        float *values = s->value_cache + (size_t)l * s->n_pos * kv_dim;
+        for (int pos = keep + drop; pos < end; pos++) {
+            const float *from = keys + (size_t)pos * kv_dim;
+            float *to = keys + (size_t)(pos - drop) * kv_dim;
+            for (int h = 0; h < kv_dim; h += head_size) rotate_back(to + h, from + h, head_size, cos_back, sin_back);
+        }
+        memmove(values + (size_t)keep * kv_dim, values + (size_t)(keep + drop) * kv_dim,
+                (size_t)(end - keep - drop) * kv_dim * sizeof(float));
+    }
+}
+
 /* ------------------------------------------------------------------------- */
 /* Tokenizer: text <-> token ids. Two kinds: SentencePiece BPE (Llama 2,       */
 /* llama2.c's tokenizer.bin) and byte-level BPE (Llama 3)                     */
@@ -3712,8 +3749,11 @@ typedef struct {
     Model *draft;      /* -d, or NULL */
     int lookup;        /* -l: the longest n-gram matched, 0 = off */
     int max_draft;     /* -k: tokens drafted per step */
-    TokenList seq;     /* every token so far: seq.ids[i] is at position i */
+    TokenList seq;     /* the tokens in the context: seq.ids[i] is at position i */
     int draft_pos;     /* the draft model's cache holds seq[0..draft_pos) */
+    int n_keep;        /* a context shift keeps seq[0..n_keep): BOS and the (system) prompt */
+    long dropped;      /* tokens dropped by context shifts: seq.n + dropped have been seen */
+    int shifts;        /* context shifts so far */
     float *logits;     /* the model's logits for the pending token and each drafted one */
     float *draft_probs; /* [max_draft][vocab]: the distribution each drafted token was drawn from */
     long drafted, accepted;
@@ -3756,14 +3796,59 @@ static int draft_from_model(Decoder *d, Sampler *sampler, int *out, int limit) {
     return limit;
 }
 
+/* Context shift, when the context is full (seq.n has reached the cache's
+   positions): keeps seq[0..n_keep), at most half the context, drops the oldest
+   half of the rest, and moves the others down, in the model's cache and the
+   draft's (shift_cache(): keys rotated to their new positions, not recomputed).
+   The approximation: the states of the tokens kept were computed, past the
+   first layer, while the dropped tokens were in view. */
+static void shift_context(Model *m, Decoder *d) {
+    int window = m->state.n_pos;
+    int keep = d->n_keep < window / 2 ? d->n_keep : window / 2;
+    int drop = (window - keep + 1) / 2;
+    if (keep < d->n_keep && d->shifts == 0)
+        fprintf(stderr, "run: context shift: the start it keeps (BOS and the prompt, or chat's system prompt) is %d "
+                "tokens, more than half the context (%d): keeping its first %d\n", d->n_keep, window, keep);
+    shift_cache(&m->state, &m->ck.config, keep, drop, window);
+    if (d->draft && d->draft_pos > keep + drop) {
+        shift_cache(&d->draft->state, &d->draft->ck.config, keep, drop, d->draft_pos);
+        d->draft_pos -= drop;
+    } else if (d->draft_pos > keep) {
+        d->draft_pos = keep;
+    }
+    memmove(d->seq.ids + keep, d->seq.ids + keep + drop, (size_t)(d->seq.n - keep - drop) * sizeof(int));
+    d->seq.n -= drop;
+    d->dropped += drop;
+    d->shifts++;
+}
+
+/* Runs tokens[0..n) after the context (every token of which has been run),
+   appends them to it, shifting it whenever it is full; the last one's logits. */
+static float *feed(Model *m, Decoder *d, const int *tokens, int n) {
+    float *logits = NULL;
+    if (d->draft_pos > d->seq.n) d->draft_pos = d->seq.n; /* drafts past the context are forgotten */
+    while (n > 0) {
+        if (d->seq.n == m->state.n_pos) shift_context(m, d);
+        int room = m->state.n_pos - d->seq.n, run = n < room ? n : room;
+        logits = run_tokens(m, tokens, run, d->seq.n, NULL);
+        append_ids(&d->seq, tokens, run);
+        tokens += run, n -= run;
+    }
+    return logits;
+}
+
 /* One step: runs the pending token (the last of d->seq, at position pos) and
    any drafted ones through the model, and writes the tokens it produces to
-   out: the accepted drafted tokens, then one drawn by the model. Drafts stay
-   below position `steps`. Returns how many; the caller remembers them. */
-static int decode_step(Model *m, Decoder *d, Sampler *sampler, int steps, int *out) {
+   out: the accepted drafted tokens, then one drawn by the model; at most
+   max_new (>= 1). Returns how many; the caller remembers them. Drafts stay
+   inside the context, so the context shifts (first thing here, when the
+   pending token has no room) at the same tokens with or without them. */
+static int decode_step(Model *m, Decoder *d, Sampler *sampler, long max_new, int *out) {
+    if (d->seq.n > m->state.n_pos) shift_context(m, d);
     int pos = d->seq.n - 1, vocab = m->ck.config.vocab_size;
     int pending = d->seq.ids[pos];
-    int limit = steps - 1 - pos < d->max_draft ? steps - 1 - pos : d->max_draft;
+    int limit = m->state.n_pos - 1 - pos < d->max_draft ? m->state.n_pos - 1 - pos : d->max_draft;
+    if (limit > max_new - 1) limit = (int)(max_new - 1);
     int drafted[MAX_DRAFT + 1], n_drafted = 0;
     if (limit > 0 && d->draft) n_drafted = draft_from_model(d, sampler, drafted + 1, limit);
     else if (limit > 0 && d->lookup) n_drafted = draft_from_text(d, drafted + 1, limit);
@@ -3813,12 +3898,14 @@ static void report_speed(const Decoder *d, int prompt_tokens, double prompt_seco
     if (d->draft || d->lookup)
         fprintf(stderr, "; drafted: %ld, accepted: %ld (%.0f%%)", d->drafted, d->accepted,
                 d->drafted ? 100.0 * d->accepted / d->drafted : 0.0);
+    if (d->shifts) fprintf(stderr, "; context shifts: %d", d->shifts);
     fprintf(stderr, "\n");
 }
 
-/* Prints the prompt's pieces, then sampled ones, until `steps` positions have
-   been run or the model emits a stop token. The prompt goes through the model
-   in batches; the text is the same as feeding it one token at a time. */
+/* Prints the prompt's pieces, then sampled ones, until `steps` tokens have
+   been run or the model emits a stop token; past the context, the context
+   shifts (shift_context()). The prompt goes through the model in batches; the
+   text is the same as feeding it one token at a time. */
 static void generate(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const char *prompt, int steps) {
     const Config *c = &m->ck.config;
     int n_prompt;
@@ -3839,12 +3926,13 @@ static void generate(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, con
     int generated = 0;
     if (n_prompt <= steps) {
         int next[MAX_DRAFT + 1], n_next = 1;
-        next[0] = sample(sampler, run_tokens(m, prompt_tokens, n_prompt, 0, NULL));
+        d->n_keep = n_prompt; /* a context shift keeps the prompt (up to half the context) */
+        next[0] = sample(sampler, feed(m, d, prompt_tokens, n_prompt));
         prompt_done = seconds_now();
-        append_ids(&d->seq, prompt_tokens, n_prompt);
         int token = prompt_tokens[n_prompt - 1], done = 0;
         for (;;) {
-            /* next[i] is at position d->seq.n + i: the last one may be `steps` */
+            /* next[i] is the token number d->seq.n + d->dropped + i (from 0): the
+               last one may be number `steps` */
             for (int i = 0; i < n_next && !done; i++) {
                 if (is_stop(tok, next[i])) {
                     done = 1;
@@ -3859,8 +3947,9 @@ static void generate(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, con
                 if (ferror(stdout)) done = 1; /* the reader is gone (EPIPE) */
             }
             append_ids(&d->seq, next, n_next);
-            if (done || d->seq.n > steps) break;
-            n_next = decode_step(m, d, sampler, steps, next);
+            long seen = d->seq.n + d->dropped;
+            if (done || seen > steps) break;
+            n_next = decode_step(m, d, sampler, steps + 1 - seen, next);
         }
     }
     printf("\n");
@@ -3919,23 +4008,36 @@ static void append_message(TokenList *l, const Tokenizer *tok, const char *role,
 /* The tokens of one user turn, up to where the assistant's answer starts.
    Llama 2: [INST] ... [/INST] (with the system prompt in <<SYS>> on the first
    turn), encoded with BOS. Llama 3: <|begin_of_text|> on the first turn, the
-   system and user messages, then the assistant's header. */
+   system and user messages, then the assistant's header. *n_system (if not
+   NULL) gets how many of the tokens are BOS and the system prompt, which a
+   context shift keeps. */
 static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_prompt,
-                           const char *user_prompt) {
+                           const char *user_prompt, int *n_system) {
     TokenList l = {0};
+    int has_system = turn == 0 && system_prompt[0];
+    if (n_system) *n_system = turn == 0; /* BOS */
     if (tok->kind == SENTENCEPIECE) {
-        char *rendered = turn == 0 && system_prompt[0]
-            ? format_string("[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", system_prompt, user_prompt)
-            : format_string("[INST] %s [/INST]%s", user_prompt, "");
+        char *head = has_system ? format_string("[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s", system_prompt, "")
+                                : format_string("[INST] %s%s", "", "");
+        char *rendered = format_string("%s%s [/INST]", head, user_prompt);
         l.ids = encode(tok, rendered, strlen(rendered), 1, 0, &l.n);
         l.cap = l.n;
-        free(rendered);
+        if (has_system && n_system) { /* the head's own tokens, as far as the turn's agree (BPE merges across) */
+            int n_head;
+            int *head_ids = encode(tok, head, strlen(head), 1, 0, &n_head);
+            int same = 0;
+            while (same < n_head && same < l.n && head_ids[same] == l.ids[same]) same++;
+            *n_system = same;
+            free(head_ids);
+        }
+        free(head), free(rendered);
         return l;
     }
     if (turn == 0) append_ids(&l, &tok->bos_id, 1);
-    if (turn == 0 && system_prompt[0]) {
+    if (has_system) {
         append_message(&l, tok, "system", system_prompt);
         append_ids(&l, &tok->end_of_turn_id, 1);
+        if (n_system) *n_system = l.n;
     }
     append_message(&l, tok, "user", user_prompt);
     append_ids(&l, &tok->end_of_turn_id, 1);
@@ -3946,9 +4048,10 @@ static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_pr
 /* Chat in the model family's template. The assistant answers until EOS
    (Llama 2) or a stop token such as <|eot_id|> (Llama 3); the end of the answer
    (EOS, or <|eot_id|>) goes into the context, and every turn continues in the
-   same KV cache. */
+   same KV cache. When the context is full, it shifts (shift_context()), keeping
+   BOS and the system prompt; an answer as long as the context is cut there. */
 static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const char *cli_user_prompt,
-                 const char *cli_system_prompt, int steps) {
+                 const char *cli_system_prompt) {
     if (tok->kind == BYTE_LEVEL_BPE && (tok->start_header_id < 0 || tok->end_header_id < 0 || tok->end_of_turn_id < 0))
         fail("the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, <|eot_id|>): cannot chat");
     int end_of_answer = tok->kind == SENTENCEPIECE ? EOS_ID : tok->end_of_turn_id;
@@ -3964,26 +4067,21 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
             printf("\n");
             break;
         }
-        TokenList prompt = chat_turn(tok, turn, system_prompt, user_prompt);
+        int n_system;
+        TokenList prompt = chat_turn(tok, turn, system_prompt, user_prompt, &n_system);
         free(user_prompt);
-        int pos = d->seq.n; /* positions used so far */
-        if (pos + prompt.n >= steps) {
-            fprintf(stderr, "run: the context is full: %d positions used, %d more needed, limit %d (-n); ending the chat\n",
-                    pos, prompt.n, steps);
-            free(prompt.ids);
-            break;
-        }
+        if (turn == 0) d->n_keep = n_system;
         printf("Assistant: ");
         fflush(stdout);
         int next[MAX_DRAFT + 1], n_next = 1;
-        next[0] = sample(sampler, run_tokens(m, prompt.ids, prompt.n, pos, NULL));
-        append_ids(&d->seq, prompt.ids, prompt.n);
+        next[0] = sample(sampler, feed(m, d, prompt.ids, prompt.n));
         int token = prompt.ids[prompt.n - 1];
         free(prompt.ids);
-        int ended = 0, shown;
+        /* an answer is at most as long as the context: past that it could not
+           see its own beginning, and a model that never stops would not end */
+        int ended = 0, answered = 0, longest = m->state.n_pos, shown;
         for (;;) {
-            /* next[i] is at position d->seq.n + i; the answer stays below `steps` */
-            for (shown = 0; shown < n_next && d->seq.n + shown < steps; shown++) {
+            for (shown = 0; shown < n_next && answered < longest; shown++, answered++) {
                 if (tok->kind == SENTENCEPIECE ? next[shown] == EOS_ID : is_stop(tok, next[shown])) {
                     ended = 1;
                     break;
@@ -3996,21 +4094,22 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
                 if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
             }
             append_ids(&d->seq, next, shown);
-            if (ended || shown < n_next || ferror(stdout)) break;
-            n_next = decode_step(m, d, sampler, steps, next);
+            if (ended || answered == longest || ferror(stdout)) break;
+            n_next = decode_step(m, d, sampler, longest - answered, next);
         }
         printf("\n");
-        if (ferror(stdout)) break; /* not "context is full": the reader is gone */
-        if (!ended) {
-            fprintf(stderr, "run: the context is full (%d positions); ending the chat\n", steps);
-            break;
-        }
+        fflush(stdout);
+        if (ferror(stdout)) break; /* the reader is gone */
         /* the end of the answer belongs to the context (where the model's stop
-           token was; drafts past it are forgotten); llama2.c draws a token here
-           that it never uses, and so do we, so a seed gives the same chat */
-        if (d->draft_pos > d->seq.n) d->draft_pos = d->seq.n;
-        sample(sampler, run_tokens(m, &end_of_answer, 1, d->seq.n, NULL));
-        append_ids(&d->seq, &end_of_answer, 1);
+           token was); llama2.c draws a token here that it never uses, and so do
+           we, so a seed gives the same chat */
+        if (ended) {
+            sample(sampler, feed(m, d, &end_of_answer, 1));
+        } else { /* cut: its last token was drawn, not yet run; it goes in with the end */
+            fprintf(stderr, "run: the answer reached the context's length (%d tokens); cutting it there\n", longest);
+            int last_and_end[2] = {d->seq.ids[--d->seq.n], end_of_answer};
+            sample(sampler, feed(m, d, last_and_end, 2));
+        }
     }
     free(system_prompt);
 }
@@ -4078,7 +4177,8 @@ static void usage(FILE *out) {
             "  -t <float>  temperature, >= 0 (0 = greedy), default 1.0\n"
             "  -p <float>  top-p (nucleus) threshold in [0,1], default 0.9; 0 or 1 = off\n"
             "  -s <int>    random seed, >= 0, default 0 = from the time\n"
-            "  -n <int>    positions to run, prompt included, >= 0, default 256; 0 = the context length\n"
+            "  -n <int>    generate: tokens to run, prompt included (past the context, it shifts); chat: the\n"
+            "              context kept (at most the model's); >= 0, default 256; 0 = the model's context\n"
             "  -i <string> input prompt (perplexity: the text to score)\n"
             "  -f <string> file to read the prompt or text from instead of -i; - reads stdin\n"
             "  -z <string> tokenizer file, default tokenizer.bin\n"
@@ -4219,9 +4319,10 @@ int main(int argc, char **argv) {
         perplexity(&m, &tok, prompt, prompt_file, window);
         stop_compute();
     } else {
-        if (steps == 0 || steps > c->seq_len) steps = c->seq_len;
+        if (steps == 0) steps = c->seq_len;
+        int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
         SoftmaxFn fast_softmax = start_compute((int)threads);
-        start_model(&m, (int)steps, draft_path || lookup);
+        start_model(&m, context, draft_path || lookup);
         Model draft;
         Decoder d = {.lookup = (int)lookup, .max_draft = (int)(max_draft ? max_draft : draft_path ? 4 : 8)};
         if (draft_path) {
@@ -4229,7 +4330,7 @@ int main(int argc, char **argv) {
             if (draft.ck.config.vocab_size != c->vocab_size)
                 fail("%s: the draft's vocabulary is %d tokens, the model's (%s) %d", draft_path,
                      draft.ck.config.vocab_size, checkpoint_path, c->vocab_size);
-            start_model(&draft, (int)steps, 0);
+            start_model(&draft, context, 0);
             d.draft = &draft;
             d.draft_probs = xmalloc((size_t)d.max_draft * c->vocab_size * sizeof(float));
         }
@@ -4237,7 +4338,7 @@ int main(int argc, char **argv) {
         Sampler sampler = {c->vocab_size, temperature, topp, seed > 0 ? (uint64_t)seed : (uint64_t)time(NULL),
                            xmalloc(c->vocab_size * sizeof(ProbIndex)), fast_softmax};
         if (strcmp(mode, "generate") == 0) generate(&m, &d, &tok, &sampler, prompt, (int)steps);
-        else chat(&m, &d, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt, (int)steps);
+        else chat(&m, &d, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt);
         free(sampler.probindex);
         free(d.seq.ids); free(d.logits); free(d.draft_probs);
         if (draft_path) {

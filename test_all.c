@@ -685,8 +685,9 @@ static void put_v1_header(Buffer *b, const TinyModel *m, int version, int group_
 }
 
 /* A version 2 matrix: int8 with one scale per group (scale = max|w| / 127,
-   q = w / scale rounded half to even). The model's weights are replaced by
-   their dequantized values, so the reference sees what run.c sees. */
+   q = w / scale rounded half to even, 0 in a group of zeros). The model's
+   weights are replaced by their dequantized values, so the reference sees what
+   run.c sees. */
 static void put_quantized(Buffer *b, float *w, size_t n, int gs) {
     int8_t *q = malloc(n);
     float *scales = malloc(n / gs * sizeof(float));
@@ -695,7 +696,7 @@ static void put_quantized(Buffer *b, float *w, size_t n, int gs) {
         for (int i = 0; i < gs; i++) m = fmaxf(m, fabsf(w[g * gs + i]));
         scales[g] = m / 127.0f;
         for (int i = 0; i < gs; i++) {
-            q[g * gs + i] = (int8_t)nearbyintf(w[g * gs + i] / scales[g]);
+            q[g * gs + i] = scales[g] > 0 ? (int8_t)nearbyintf(w[g * gs + i] / scales[g]) : 0; /* all zeros: 0 */
             w[g * gs + i] = q[g * gs + i] * scales[g];
         }
     }
@@ -1344,11 +1345,11 @@ static void test_llama3_chat(const char *python) {
     /* <|start_header_id|>user<|end_header_id|>\n\nAnd you? 'Twas fine.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n */
     static const int second[] = {128006, 882, 128007, 271, 3112, 499, 30, 364, 51, 16514, 7060, 13, 128009, 128006,
                                  78191, 128007, 271};
-    TokenList l = chat_turn(&t, 0, "You are a pirate.", "  Hi there! \n");
+    TokenList l = chat_turn(&t, 0, "You are a pirate.", "  Hi there! \n", NULL);
     check(l.n == (int)(sizeof first / sizeof *first) && memcmp(l.ids, first, sizeof first) == 0,
           "Llama 3 chat, first turn (system prompt, user message trimmed): %d tokens", l.n);
     free(l.ids);
-    l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.");
+    l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.", NULL);
     check(l.n == (int)(sizeof second / sizeof *second) && memcmp(l.ids, second, sizeof second) == 0,
           "Llama 3 chat, second turn: %d tokens", l.n);
     free(l.ids);
@@ -1423,30 +1424,50 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
     for (int i = 0; i < 40; i++) sprintf(long_prompt + strlen(long_prompt), " %d", i % 100);
     run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-i", long_prompt, NULL);
     check(r.status == 0 && strstr(r.err, "keeping the first 32"), "long prompt: %d %s", r.status, r.err);
-    /* -n beyond the context runs the context's 32 positions: the prompt's, then
-       one per generated token but the last (sampled, printed, not run), as -n 32.
-       On a model that never stops: its classifier rows for BOS and EOS are zero
-       (logit 0) and row 4 is minus row 3, so one of those logits is above 0. */
+    /* -n beyond the context runs -n tokens: the prompt's, then one per generated
+       token but the last (sampled, printed, not run). The first 32 as -n 32 runs
+       them; then the context shifts each time its 32 positions are full: it keeps
+       the prompt (BOS, and " 1" as two unknown bytes) and drops 15 of the other 29,
+       so at token 33, then every 15 tokens: (1000 - 33) / 15 + 1 = 65 shifts. With a draft (the model's
+       int8 copy) and with prompt lookup, the same text. On a model that never
+       stops: its classifier rows for BOS and EOS are zero (logit 0) and row 4 is
+       minus row 3, so one of those logits is above 0. */
     TinyModel endless = tiny_model(0, 32);
     memset(endless.cls + 1 * endless.dim, 0, 2 * endless.dim * sizeof(float));
     for (int i = 0; i < endless.dim; i++) endless.cls[4 * endless.dim + i] = -endless.cls[3 * endless.dim + i];
-    Buffer endless_v0 = write_checkpoint(&endless, 0, 0, 0, 0);
-    char *endless_path = write_temp(endless_v0.data, endless_v0.n);
-    static RunResult at_context;
+    Buffer endless_v0 = write_checkpoint(&endless, 0, 0, 0, 0), endless_q8 = write_checkpoint(&endless, 2, 8, 0, 0);
+    char *endless_path = write_temp(endless_v0.data, endless_v0.n), *draft_path = write_temp(endless_q8.data, endless_q8.n);
+    static RunResult at_context, drafted, lookup;
     run_args(&r, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", NULL);
     run_args(&at_context, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "32", "-i", "1", NULL);
-    int n_prompt = 0, n_generated = 0;
+    int n_prompt = 0, n_generated = 0, shifts = 0;
     const char *speed = strstr(r.err, "prompt: ");
     int parsed = speed && sscanf(speed, "prompt: %d tokens, %*f tok/s; generated: %d tokens", &n_prompt, &n_generated) == 2;
-    check(r.status == 0 && parsed && n_prompt + n_generated - 1 == 32 && strcmp(r.out, at_context.out) == 0,
-          "-n 1000 on a 32-position context runs 32 positions, as -n 32: %d, %d prompt + %d generated tokens, %s",
-          r.status, n_prompt, n_generated, r.err);
+    if (strstr(r.err, "context shifts: ")) shifts = atoi(strstr(r.err, "context shifts: ") + 16);
+    size_t first_32 = strlen(at_context.out) - 1; /* without its newline */
+    check(r.status == 0 && parsed && n_prompt + n_generated - 1 == 1000 && shifts == 65 &&
+              strncmp(r.out, at_context.out, first_32) == 0 && strlen(r.out) > 10 * first_32,
+          "-n 1000 on a 32-position context runs 1000 tokens, 65 shifts, the first 32 as -n 32: %d, %d prompt + %d "
+          "generated tokens, %s", r.status, n_prompt, n_generated, r.err);
+    run_args(&drafted, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", "-d", draft_path, NULL);
+    run_args(&lookup, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", "-l", "3", NULL);
+    check(drafted.status == 0 && strcmp(drafted.out, r.out) == 0 && strstr(drafted.err, "context shifts: 65") &&
+              lookup.status == 0 && strcmp(lookup.out, r.out) == 0 && strstr(lookup.err, "context shifts: 65"),
+          "-n 1000 greedy: the same text and shifts with a draft model (%s) and with prompt lookup (%s)", drafted.err,
+          lookup.err);
+    /* chat keeps going past the context; an answer that never ends is cut at the
+       context's length, and the chat goes on */
+    run_args(&r, "2\n3\n4\n", endless_path, "-z", tokenizer, "-m", "chat", "-y", "1", "-t", "0", NULL);
+    int cuts = 0, answers = 0;
+    for (const char *p = r.err; (p = strstr(p, "the answer reached the context's length (32 tokens)")); p++) cuts++;
+    for (const char *p = r.out; (p = strstr(p, "Assistant:")); p++) answers++;
+    check(r.status == 0 && cuts == 3 && answers == 3, "chat with a model that never stops: 3 answers cut at 32 "
+          "tokens, got exit %d, %d answers, %d cuts: %s", r.status, answers, cuts, r.err);
     unlink(endless_path), free(endless_path), free(endless_v0.data);
+    unlink(draft_path), free(draft_path), free(endless_q8.data);
     free_tiny(&endless);
     run_args(&r, NULL, model, "-z", tokenizer, "-m", "chat", "-i", "1", NULL);
     check(r.status == 0 && strstr(r.out, "Assistant:"), "chat with stdin closed ends cleanly: %d %s", r.status, r.err);
-    run_args(&r, "2\n3\n4\n5\n", model, "-z", tokenizer, "-m", "chat", "-y", "1", NULL);
-    check(r.status == 0 && strstr(r.err, "context is full"), "chat that fills the context says so: %d %s", r.status, r.err);
     run_args(&r, NULL, model, "-z", tokenizer, "-m", "tokenize", "-i", "", NULL);
     check(r.status == 0 && strcmp(r.out, "1\n") == 0, "tokenize of the empty prompt is BOS: '%s'", r.out);
 }
@@ -1780,15 +1801,45 @@ static void test_threads_deterministic(void) {
 /* ------------------------------------------------------------------------- */
 /* Speculative decoding                                                       */
 
-/* The golden files through ./run with a draft: greedy cases with the int8 copy
-   of the shared model (or, for the random models, another random model of the
-   same vocabulary), and every case with prompt lookup, whose draws are exactly
-   those of decoding without it. A wrapper beside ./run adds the flags. */
-static void test_speculative_goldens(const char *run) {
-    if (!have_shared()) {
-        skip("golden files with a draft and with prompt lookup: %s/models not found", shared_dir());
-        return;
+/* A copy of ../shared/golden/<name> for the rule that -n counts tokens past the
+   context (which shifts): the files were made where -n beyond a model's context
+   meant the context (llama2.c's clamp), so in such a case -n becomes the
+   context, the same question as before, the same expected text. The models read
+   are ../shared/models'; the random ones that check_golden.py makes are left
+   alone (their cases stay inside the context). The caller unlinks and frees. */
+static char *golden_within_context(const char *name) {
+    char path[4096], line[65536], *copy = strdup("/tmp/run_test_golden_XXXXXX");
+    snprintf(path, sizeof path, "%s/golden/%s", shared_dir(), name);
+    FILE *in = fopen(path, "r"), *out = fdopen(mkstemp(copy), "w");
+    while (in && fgets(line, sizeof line, in)) {
+        const char *n_pattern = "\"-n\", \"", *model = strstr(line, "[\"@"), *n_flag = strstr(line, n_pattern);
+        char model_path[4096];
+        int name_len = model ? (int)strcspn(model + 3, "\"") : 0;
+        snprintf(model_path, sizeof model_path, "%s/models/%.*s", shared_dir(), name_len, model ? model + 3 : "");
+        if (!model || !n_flag || access(model_path, R_OK) != 0) {
+            fputs(line, out);
+            continue;
+        }
+        Checkpoint ck;
+        open_checkpoint(&ck, model_path);
+        int context = ck.config.seq_len;
+        close_checkpoint(&ck);
+        const char *number = n_flag + strlen(n_pattern);
+        long n = strtol(number, NULL, 10);
+        if (n > context) fprintf(out, "%.*s%d%s", (int)(number - line), line, context, number + strspn(number, "0123456789"));
+        else fputs(line, out);
     }
+    if (in) fclose(in);
+    fclose(out);
+    return copy;
+}
+
+/* The golden files (golden_within_context()'s copies) through ./run with a
+   draft: greedy cases with the int8 copy of the shared model (or, for the random
+   models, another random model of the same vocabulary), and every case with
+   prompt lookup, whose draws are exactly those of decoding without it. A
+   wrapper beside ./run adds the flags. */
+static void test_speculative_goldens(const char *run, const char *generate, const char *generate_q80) {
     const char *cache = getenv("GOLDEN_CACHE");
     char wrapper[] = "./run_speculative_test", script[8192], greedy[] = "/tmp/run_test_greedy_XXXXXX";
     snprintf(script, sizeof script,
@@ -1812,11 +1863,10 @@ static void test_speculative_goldens(const char *run) {
     /* the greedy cases of both golden files */
     int fd = mkstemp(greedy);
     FILE *out = fdopen(fd, "w");
-    const char *files[2] = {"generate.jsonl", "generate_q80.jsonl"};
+    const char *files[2] = {generate, generate_q80};
     for (int i = 0; i < 2; i++) {
-        char path[4096], line[65536];
-        snprintf(path, sizeof path, "%s/golden/%s", shared_dir(), files[i]);
-        FILE *in = fopen(path, "r");
+        char line[65536];
+        FILE *in = fopen(files[i], "r");
         while (in && fgets(line, sizeof line, in))
             if (strstr(line, "\"-t\", \"0\",")) fputs(line, out);
         if (in) fclose(in);
@@ -1834,8 +1884,7 @@ static void test_speculative_goldens(const char *run) {
         run_python_suite("python3", tool, args);
         setenv("K", lookup_ks[i], 1);
         setenv("MODE", "lookup", 1);
-        if (i == 0) snprintf(args, sizeof args, "%s", wrapper);
-        else snprintf(args, sizeof args, "%s %s/golden/generate_q80.jsonl", wrapper, shared_dir());
+        snprintf(args, sizeof args, "%s %s", wrapper, files[i]);
         run_python_suite("python3", tool, args);
     }
     unsetenv("K"), unsetenv("MODE");
@@ -2047,13 +2096,16 @@ int main(void) {
     if (have_shared()) {
         test_shared_versions();
         char tools[4096], args[8192];
+        char *generate = golden_within_context("generate.jsonl"), *generate_q80 = golden_within_context("generate_q80.jsonl");
         snprintf(tools, sizeof tools, "%s/tools", shared_dir());
-        snprintf(args, sizeof args, "%s", run);
         char script[8192];
         snprintf(script, sizeof script, "%s/check_golden.py", tools);
+        snprintf(args, sizeof args, "%s %s", run, generate);
         run_python_suite("python3", script, args);
-        snprintf(args, sizeof args, "%s %s/golden/generate_q80.jsonl", run, shared_dir());
+        snprintf(args, sizeof args, "%s %s", run, generate_q80);
         run_python_suite("python3", script, args);
+        test_speculative_goldens(run, generate, generate_q80);
+        unlink(generate), unlink(generate_q80), free(generate), free(generate_q80);
         snprintf(script, sizeof script, "%s/check_tokenizer.py", tools);
         snprintf(args, sizeof args, "%s", run);
         run_python_suite("python3", script, args);
@@ -2062,8 +2114,8 @@ int main(void) {
         run_python_suite("python3", script, args);
     } else {
         printf("note: %s/models not found: skipping the shared golden and tokenizer checks\n", shared_dir());
+        skip("golden files with a draft and with prompt lookup: %s/models not found", shared_dir());
     }
-    test_speculative_goldens(run);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
