@@ -9,6 +9,7 @@
 #include "run.c"
 #undef main
 
+#include <float.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -641,8 +642,9 @@ typedef struct {
     float *emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *cls;
 } TinyModel;
 
-static TinyModel tiny_model(int shared, int seq_len) {
-    TinyModel m = {.dim = 16, .hidden = 24, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = seq_len, .shared = shared};
+static TinyModel tiny_model_layers(int shared, int seq_len, int layers) {
+    TinyModel m = {.dim = 16, .hidden = 24, .layers = layers, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = seq_len,
+                   .shared = shared};
     int kv = m.dim / m.heads * m.kv_heads;
     m.emb = random_tensor((size_t)m.vocab * m.dim, 1, 0);
     m.rms_att = random_tensor(m.layers * m.dim, 0.2f, 1);
@@ -658,6 +660,8 @@ static TinyModel tiny_model(int shared, int seq_len) {
     m.cls = shared ? m.emb : random_tensor((size_t)m.vocab * m.dim, 1, 0);
     return m;
 }
+
+static TinyModel tiny_model(int shared, int seq_len) { return tiny_model_layers(shared, seq_len, 2); }
 
 static void free_tiny(TinyModel *m) {
     float *all[] = {m->emb, m->rms_att, m->wq, m->wk, m->wv, m->wo, m->rms_ffn, m->w1, m->w2, m->w3, m->rms_final};
@@ -1345,9 +1349,12 @@ static void test_llama3_chat(const char *python) {
     /* <|start_header_id|>user<|end_header_id|>\n\nAnd you? 'Twas fine.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n */
     static const int second[] = {128006, 882, 128007, 271, 3112, 499, 30, 364, 51, 16514, 7060, 13, 128009, 128006,
                                  78191, 128007, 271};
-    TokenList l = chat_turn(&t, 0, "You are a pirate.", "  Hi there! \n", NULL);
+    int n_system;
+    TokenList l = chat_turn(&t, 0, "You are a pirate.", "  Hi there! \n", &n_system);
     check(l.n == (int)(sizeof first / sizeof *first) && memcmp(l.ids, first, sizeof first) == 0,
           "Llama 3 chat, first turn (system prompt, user message trimmed): %d tokens", l.n);
+    check(n_system == 11, "Llama 3 chat: a context shift keeps BOS and the system message to its <|eot_id|>, "
+          "11 tokens, not %d", n_system);
     free(l.ids);
     l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.", NULL);
     check(l.n == (int)(sizeof second / sizeof *second) && memcmp(l.ids, second, sizeof second) == 0,
@@ -2017,6 +2024,228 @@ static void test_speculative_flags(const char *model, const char *tokenizer) {
     check(a.status == 1 && strstr(a.err, "-k"), "-k 33 is out of range: %s", a.err);
 }
 
+/* ------------------------------------------------------------------------- */
+/* Context shift                                                              */
+
+/* The model's cache rows [0, rows) against a fresh run of forward() over
+   tokens[0..rows) at positions 0..: layer 0's rows depend on their own token
+   and position alone, so after any shifts they must be what a fresh run gives.
+   Values only move: bit for bit. Keys are turned once by a shift: a token kept
+   goes through one shift at most, as the next drops the larger half of the
+   rest, everything the previous one kept. So a key pair may differ from the
+   fresh one by |pair| * (1.5 ulp(context) + 3 * 4 FLT_EPSILON): the rounding of
+   the tables' angles (fl(p f), p < context, f <= 1: half an ulp each of the old
+   position's, the shift's and the new position's), then that of cos/sin and of
+   the products and sums of each of three rotations (two for the shifted key, one
+   for the fresh). Returns layer 1's largest difference (models of 2+ layers). */
+static double check_shifted_cache(const char *what, Model *m, const int *tokens, int rows, int shifts) {
+    const Config *c = &m->ck.config;
+    int n_pos = m->state.n_pos, head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    RunState fresh;
+    init_run_state(&fresh, c, n_pos);
+    for (int i = 0; i < rows; i++) forward(&m->ck, &fresh, tokens[i], i);
+    double ulp = nextafterf((float)n_pos, INFINITY) - (float)n_pos;
+    double bound = 1.5 * ulp + 3 * 4.0 * FLT_EPSILON, worst = 0;
+    for (size_t i = 0; i < (size_t)rows * kv_dim; i += 2) {
+        const float *k = m->state.key_cache + i, *want = fresh.key_cache + i;
+        double err = hypot(k[0] - want[0], k[1] - want[1]), norm = hypot(want[0], want[1]);
+        double relative = err / (norm > 0 ? norm : 1);
+        worst = relative > worst ? relative : worst; /* not fmax(): see max_abs_diff() */
+    }
+    int values_same = memcmp(m->state.value_cache, fresh.value_cache, (size_t)rows * kv_dim * sizeof(float)) == 0;
+    check(worst <= bound && values_same,
+          "%s: after %d shifts, layer 0's keys differ from a fresh run by %.3g of a pair's size (bound %.3g), "
+          "values %s", what, shifts, worst, bound, values_same ? "equal" : "differ");
+    double layer1 = 0;
+    size_t layer = (size_t)n_pos * kv_dim;
+    for (size_t i = 0; c->n_layers > 1 && i < (size_t)rows * kv_dim; i++) {
+        double diff = fabs(m->state.key_cache[layer + i] - fresh.key_cache[layer + i]);
+        layer1 = diff > layer1 ? diff : layer1;
+    }
+    free_run_state(&fresh);
+    return layer1;
+}
+
+/* Greedy decoding from the prompt until `total` tokens have been seen, as
+   generate() does; checks each shift against the rule (keep n_keep, drop
+   half of the rest) and that the context is the prompt and the latest tokens.
+   history gets every token. */
+static void decode_with_shifts(const char *what, Model *m, Decoder *d, const int *prompt, int n_prompt, int total,
+                               TokenList *history) {
+    Sampler greedy = {m->ck.config.vocab_size, 0.0f, 0.9f, 1, malloc(m->ck.config.vocab_size * sizeof(ProbIndex)),
+                      softmax};
+    int n_pos = m->state.n_pos, rule_kept = 1, context_ok = 1;
+    d->seq.n = 0, d->draft_pos = 0, d->dropped = 0, d->shifts = 0, d->n_keep = n_prompt;
+    history->n = 0;
+    append_ids(history, prompt, n_prompt);
+    int next[MAX_DRAFT + 1], n_next = 1;
+    next[0] = sample(&greedy, feed(m, d, prompt, n_prompt));
+    for (;;) {
+        append_ids(&d->seq, next, n_next);
+        append_ids(history, next, n_next);
+        int in_context = d->seq.n - n_prompt;
+        context_ok &= memcmp(d->seq.ids, prompt, n_prompt * sizeof(int)) == 0 &&
+                      memcmp(d->seq.ids + n_prompt, history->ids + history->n - in_context, in_context * sizeof(int)) == 0;
+        if (history->n >= total) break;
+        long dropped = d->dropped;
+        n_next = decode_step(m, d, &greedy, MAX_DRAFT + 1, next);
+        if (d->dropped != dropped) rule_kept &= d->dropped - dropped == (n_pos - n_prompt + 1) / 2;
+    }
+    check(rule_kept && context_ok && d->shifts > 3 && d->seq.n + d->dropped == history->n,
+          "%s: every shift drops half the context after the %d kept tokens, the context is the prompt and the "
+          "latest tokens (%d shifts)", what, n_prompt, d->shifts);
+    free(greedy.probindex);
+}
+
+/* After greedy decoding through five contexts, the model's cache (and its
+   draft's) equals a fresh run over the tokens kept in layer 0
+   (see check_shifted_cache()), and the text is the same with the draft and
+   without: a 1-layer and a 2-layer model, with Llama 2's RoPE and Llama 3's
+   scaling. */
+static void test_context_shift(void) {
+    enum { CONTEXT = 16, TOTAL = 5 * CONTEXT };
+    const int prompt[3] = {BOS_ID, 7, 33};
+    long accepted = 0, rejected = 0;
+    start_compute(1);
+    for (int scaled = 0; scaled <= 1; scaled++) {
+        for (int layers = 1; layers <= 2; layers++) {
+            TinyModel target = tiny_model_layers(1, CONTEXT, layers);
+            float theta = 0;
+            if (scaled) { /* as in test_forward_matches_reference: pairs in the smoothed and divided bands */
+                target.rope_factor = 4, target.low_freq_factor = 1, target.high_freq_factor = 2;
+                target.original_context = 8, theta = 4.0f;
+            }
+            /* the draft: the model with other final norm weights, so its guesses
+               are right often but not always */
+            Buffer tb = write_checkpoint(&target, 1, 0, theta, 0);
+            float *final_norm = target.rms_final;
+            target.rms_final = random_tensor(target.dim, 1, 1);
+            Buffer ob = write_checkpoint(&target, 1, 0, theta, 0);
+            free(target.rms_final);
+            target.rms_final = final_norm;
+            char *target_path = write_temp(tb.data, tb.n), *draft_path = write_temp(ob.data, ob.n);
+            Model m, dm;
+            open_checkpoint(&m.ck, target_path);
+            open_checkpoint(&dm.ck, draft_path);
+            start_model(&m, CONTEXT, 1);
+            start_model(&dm, CONTEXT, 0);
+            int vocab = target.vocab;
+            Decoder plain = {0}, drafted = {.draft = &dm, .max_draft = 3};
+            drafted.logits = malloc(4 * vocab * sizeof(float));
+            drafted.draft_probs = malloc(3 * vocab * sizeof(float));
+            TokenList plain_text = {0}, drafted_text = {0};
+            char what[128];
+            snprintf(what, sizeof what, "context shift, %d-layer model, %s", layers,
+                     scaled ? "Llama 3 RoPE scaling" : "Llama 2 RoPE");
+            decode_with_shifts(what, &m, &plain, prompt, 3, TOTAL, &plain_text);
+            double layer1 = check_shifted_cache(what, &m, plain.seq.ids, plain.seq.n - 1, plain.shifts);
+            if (layers > 1) printf("%s: layer 1's keys differ from a fresh run by up to %.3g (the dropped tokens' "
+                                   "trace, by design)\n", what, layer1);
+            snprintf(what + strlen(what), sizeof what - strlen(what), ", with a draft model");
+            decode_with_shifts(what, &m, &drafted, prompt, 3, TOTAL, &drafted_text);
+            check_shifted_cache(what, &m, drafted.seq.ids, drafted.seq.n - 1, drafted.shifts);
+            snprintf(what + strlen(what), sizeof what - strlen(what), " (the draft's cache)");
+            check_shifted_cache(what, &dm, drafted.seq.ids, drafted.draft_pos, drafted.shifts);
+            check(plain_text.n == drafted_text.n &&
+                      memcmp(plain_text.ids, drafted_text.ids, plain_text.n * sizeof(int)) == 0 &&
+                      drafted.draft_pos > 3,
+                  "%s: greedy text through the shifts is the same as without the draft (%ld of %ld drafted tokens "
+                  "accepted, the draft's cache holds %d)", what, drafted.accepted, drafted.drafted, drafted.draft_pos);
+            rejected += drafted.drafted - drafted.accepted, accepted += drafted.accepted;
+            free(plain.seq.ids), free(drafted.seq.ids), free(drafted.logits), free(drafted.draft_probs);
+            free(plain_text.ids), free(drafted_text.ids);
+            stop_model(&dm), stop_model(&m);
+            close_checkpoint(&dm.ck), close_checkpoint(&m.ck);
+            unlink(target_path), unlink(draft_path), free(target_path), free(draft_path), free(tb.data), free(ob.data);
+            free_tiny(&target);
+        }
+    }
+    check(rejected > 0 && accepted > 0, "context shift with a draft: %ld drafted tokens accepted, %ld rejected: both "
+          "paths ran", accepted, rejected);
+    printf("context shift with a draft: %ld of %ld drafted tokens accepted\n", accepted, accepted + rejected);
+    stop_compute();
+}
+
+/* What a context shift keeps in a Llama 2 chat: BOS and the system part of
+   the first turn's template, "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n", whose
+   tokens (the repo's Llama 2 tokenizer.bin) spell exactly that text. */
+static void test_chat_kept_tokens(void) {
+    if (access("tokenizer.bin", R_OK) != 0) {
+        skip("the tokens a Llama 2 chat keeps at a context shift: tokenizer.bin not found");
+        return;
+    }
+    Tokenizer t;
+    load_tokenizer(&t, "tokenizer.bin", 32000);
+    int n_system, n_none;
+    TokenList l = chat_turn(&t, 0, "You are a pirate.", "Hi there", &n_system);
+    char text[256] = "";
+    for (int i = 1; i < n_system; i++) {
+        int len;
+        const char *piece = decode(&t, l.ids[i - 1], l.ids[i], &len);
+        strncat(text, piece, len);
+    }
+    check(l.ids[0] == BOS_ID && n_system < l.n && strcmp(text, "[INST] <<SYS>>\nYou are a pirate.\n<</SYS>>\n\n") == 0,
+          "Llama 2 chat: a context shift keeps BOS and '%s' (%d of %d tokens)", text, n_system, l.n);
+    free(l.ids);
+    l = chat_turn(&t, 0, "", "Hi there", &n_none);
+    check(n_none == 1, "Llama 2 chat without a system prompt: a context shift keeps BOS alone, not %d tokens", n_none);
+    free(l.ids);
+    free_tokenizer(&t);
+}
+
+/* Chat for ten times the context: a model of 32 positions and 4 KB of KV cache
+   per position (16 layers of 2 x 32 floats: much cache, little work), user turns
+   on stdin whose prompts and answers' ends alone take 320+ positions. It answers
+   every turn, with no error, and its peak memory is that of a one-turn chat: not
+   the 1.3 MB more that a cache for all positions would take (the run state is
+   allocated once). */
+static void test_long_chat(const char *tokenizer) {
+    TinyModel m = {.dim = 32, .hidden = 32, .layers = 16, .heads = 4, .kv_heads = 4, .vocab = 40, .seq_len = 32,
+                   .shared = 1};
+    size_t d = m.dim, l = m.layers, h = m.hidden;
+    m.emb = random_tensor(m.vocab * d, 1, 0), m.cls = m.emb;
+    m.rms_att = random_tensor(l * d, 0, 1), m.rms_ffn = random_tensor(l * d, 0, 1), m.rms_final = random_tensor(d, 0, 1);
+    m.wq = random_tensor(l * d * d, 0.05f, 0), m.wk = random_tensor(l * d * d, 0.05f, 0);
+    m.wv = random_tensor(l * d * d, 0.05f, 0), m.wo = random_tensor(l * d * d, 0.05f, 0);
+    m.w1 = random_tensor(l * h * d, 0.05f, 0), m.w2 = random_tensor(l * d * h, 0.05f, 0);
+    m.w3 = random_tensor(l * h * d, 0.05f, 0);
+    Buffer v1 = write_checkpoint(&m, 1, 0, 0, 0);
+    char *path = write_temp(v1.data, v1.n);
+    Tokenizer tok;
+    load_tokenizer(&tok, tokenizer, m.vocab);
+    static char turns[16384];
+    turns[0] = '\0';
+    int n_turns = 0, positions = 0;
+    while (positions < 10 * m.seq_len) { /* each turn: its prompt's tokens and the end of its answer */
+        char user[64];
+        snprintf(user, sizeof user, "%d %d %d", 3 + n_turns % 30, 5 + n_turns % 20, 7 + n_turns % 10);
+        TokenList t = chat_turn(&tok, n_turns, "", user, NULL);
+        positions += t.n + 1;
+        free(t.ids);
+        strcat(turns, user), strcat(turns, "\n");
+        n_turns++;
+    }
+    static RunResult one_turn, long_chat;
+    double start = seconds_now();
+    run_args(&long_chat, turns, path, "-z", tokenizer, "-m", "chat", "-y", "", "-s", "5", "-j", "1", NULL);
+    double seconds = seconds_now() - start;
+    run_args(&one_turn, "3 5 7\n", path, "-z", tokenizer, "-m", "chat", "-y", "", "-s", "5", "-j", "1", NULL);
+    int answers = 0, cuts = 0, lines = 0; /* stderr: notes of answers cut at the context's length, nothing else */
+    for (const char *p = long_chat.out; (p = strstr(p, "Assistant:")); p++) answers++;
+    for (const char *p = long_chat.err; (p = strstr(p, "run: the answer reached the context's length")); p++) cuts++;
+    for (const char *p = long_chat.err; (p = strchr(p, '\n')); p++) lines++;
+    long cache_kb = (long)(2 * l * positions * d * sizeof(float) >> 10), grown = long_chat.max_rss_kb - one_turn.max_rss_kb;
+    check(long_chat.status == 0 && answers == n_turns && lines == cuts && grown < cache_kb / 4,
+          "chat of %d turns (%d+ positions, context 32): exit %d, %d answers, peak RSS %ld KB against %ld KB for one "
+          "turn (a cache for every position: %ld KB): %s", n_turns, positions, long_chat.status, answers,
+          long_chat.max_rss_kb, one_turn.max_rss_kb, cache_kb, long_chat.err);
+    printf("chat of %d turns, %d+ positions through a context of 32 (%d answers cut at its length): peak RSS %ld KB "
+           "(one turn: %ld KB), %.2f s\n", n_turns, positions, cuts, long_chat.max_rss_kb, one_turn.max_rss_kb, seconds);
+    free_tokenizer(&tok);
+    unlink(path), free(path), free(v1.data);
+    free_tiny(&m);
+}
+
 static void test_fuzz_regressions(const char *model, const char *tokenizer) {
     test_quantize_odd_values();
     test_nan_weights_run(tokenizer);
@@ -2079,6 +2308,9 @@ int main(void) {
     test_flags(model, tokenizer);
     test_speculative_flags(model, tokenizer);
     test_generate_limits(model, tokenizer);
+    test_context_shift();
+    test_chat_kept_tokens();
+    test_long_chat(tokenizer);
     test_fuzz_regressions(model, tokenizer);
     test_perplexity_mode(tokenizer);
     unlink(model), unlink(tokenizer), free(model), free(tokenizer), free(v0.data);
