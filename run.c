@@ -4177,8 +4177,9 @@ static void usage(FILE *out) {
             "  -t <float>  temperature, >= 0 (0 = greedy), default 1.0\n"
             "  -p <float>  top-p (nucleus) threshold in [0,1], default 0.9; 0 or 1 = off\n"
             "  -s <int>    random seed, >= 0, default 0 = from the time\n"
-            "  -n <int>    generate: tokens to run, prompt included (past the context, it shifts); chat: the\n"
-            "              context kept (at most the model's); >= 0, default 256; 0 = the model's context\n"
+            "  -n <int>    generate: tokens to run, prompt included, at most the context unless -r 1; chat:\n"
+            "              the context kept (at most the model's); >= 0, default 256; 0 = the model's context\n"
+            "  -r <int>    1: generate runs past the context, shifting it (chat always does); default 0\n"
             "  -i <string> input prompt (perplexity: the text to score)\n"
             "  -f <string> file to read the prompt or text from instead of -i; - reads stdin\n"
             "  -z <string> tokenizer file, default tokenizer.bin\n"
@@ -4251,7 +4252,7 @@ int main(int argc, char **argv) {
     const char *checkpoint_path = NULL, *tokenizer_path = "tokenizer.bin";
     const char *prompt = NULL, *prompt_file = NULL, *system_prompt = NULL, *mode = "generate";
     float temperature = 1.0f, topp = 0.9f;
-    long long seed = 0, steps = 256, threads = 0, lookup = 0, max_draft = 0;
+    long long seed = 0, steps = 256, threads = 0, lookup = 0, max_draft = 0, roll = 0;
     int steps_given = 0; /* perplexity's windows are the whole context unless -n says otherwise */
     const char *draft_path = NULL;
     signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, not a kill */
@@ -4267,7 +4268,7 @@ int main(int argc, char **argv) {
             checkpoint_path = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpsnifzmyjdlk", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpsnifzmyjdlkr", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
@@ -4284,6 +4285,7 @@ int main(int argc, char **argv) {
         case 'd': draft_path = val; break;
         case 'l': lookup = parse_int(arg, val, 1, 16); break;
         case 'k': max_draft = parse_int(arg, val, 1, MAX_DRAFT); break;
+        case 'r': roll = parse_int(arg, val, 0, 1); break;
         }
     }
     if (!checkpoint_path) bad_flag("no checkpoint given");
@@ -4291,6 +4293,7 @@ int main(int argc, char **argv) {
         bad_flag("-m: unknown mode '%s' (generate, chat, tokenize or perplexity)", mode);
     if (draft_path && lookup) bad_flag("-d and -l: draft from a model or from the text, not both");
     if (max_draft && !draft_path && !lookup) bad_flag("-k needs -d or -l");
+    if (roll && strcmp(mode, "generate")) bad_flag("-r: for generate only (chat always shifts its context)");
     int scoring = strcmp(mode, "perplexity") == 0;
     if (scoring && (draft_path || lookup)) bad_flag("-d and -l speed up generate and chat; -m perplexity has no use for them");
     if (prompt && prompt_file) fail("-i and -f: give the text one way, not both");
@@ -4319,7 +4322,9 @@ int main(int argc, char **argv) {
         perplexity(&m, &tok, prompt, prompt_file, window);
         stop_compute();
     } else {
-        if (steps == 0) steps = c->seq_len;
+        /* -n beyond the context stops at it, as in llama2.c, unless -r 1 asks
+           generate to run on by shifting it */
+        if (steps == 0 || (steps > c->seq_len && !(roll && strcmp(mode, "generate") == 0))) steps = c->seq_len;
         int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
         SoftmaxFn fast_softmax = start_compute((int)threads);
         start_model(&m, context, draft_path || lookup);

@@ -1431,9 +1431,10 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
     for (int i = 0; i < 40; i++) sprintf(long_prompt + strlen(long_prompt), " %d", i % 100);
     run_args(&r, NULL, model, "-z", tokenizer, "-t", "0", "-i", long_prompt, NULL);
     check(r.status == 0 && strstr(r.err, "keeping the first 32"), "long prompt: %d %s", r.status, r.err);
-    /* -n beyond the context runs -n tokens: the prompt's, then one per generated
-       token but the last (sampled, printed, not run). The first 32 as -n 32 runs
-       them; then the context shifts each time its 32 positions are full: it keeps
+    /* -n beyond the context stops at the context, as llama2.c (the golden files
+       have such a case); with -r 1 it runs -n tokens: the prompt's, then one per
+       generated token but the last (sampled, printed, not run). The first 32 as
+       -n 32 runs them; then the context shifts each time its 32 positions are full: it keeps
        the prompt (BOS, and " 1" as two unknown bytes) and drops 15 of the other 29,
        so at token 33, then every 15 tokens: (1000 - 33) / 15 + 1 = 65 shifts. With a draft (the model's
        int8 copy) and with prompt lookup, the same text. On a model that never
@@ -1445,8 +1446,11 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
     Buffer endless_v0 = write_checkpoint(&endless, 0, 0, 0, 0), endless_q8 = write_checkpoint(&endless, 2, 8, 0, 0);
     char *endless_path = write_temp(endless_v0.data, endless_v0.n), *draft_path = write_temp(endless_q8.data, endless_q8.n);
     static RunResult at_context, drafted, lookup;
-    run_args(&r, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", NULL);
     run_args(&at_context, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "32", "-i", "1", NULL);
+    run_args(&r, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", NULL);
+    check(r.status == 0 && strcmp(r.out, at_context.out) == 0 && !strstr(r.err, "context shifts"),
+          "-n 1000 on a 32-position context without -r: the text of -n 32, no shift: %s", r.err);
+    run_args(&r, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-r", "1", "-i", "1", NULL);
     int n_prompt = 0, n_generated = 0, shifts = 0;
     const char *speed = strstr(r.err, "prompt: ");
     int parsed = speed && sscanf(speed, "prompt: %d tokens, %*f tok/s; generated: %d tokens", &n_prompt, &n_generated) == 2;
@@ -1456,8 +1460,10 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
               strncmp(r.out, at_context.out, first_32) == 0 && strlen(r.out) > 10 * first_32,
           "-n 1000 on a 32-position context runs 1000 tokens, 65 shifts, the first 32 as -n 32: %d, %d prompt + %d "
           "generated tokens, %s", r.status, n_prompt, n_generated, r.err);
-    run_args(&drafted, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", "-d", draft_path, NULL);
-    run_args(&lookup, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-i", "1", "-l", "3", NULL);
+    run_args(&drafted, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-r", "1", "-i", "1", "-d",
+             draft_path, NULL);
+    run_args(&lookup, NULL, endless_path, "-z", tokenizer, "-t", "0", "-n", "1000", "-r", "1", "-i", "1", "-l", "3",
+             NULL);
     check(drafted.status == 0 && strcmp(drafted.out, r.out) == 0 && strstr(drafted.err, "context shifts: 65") &&
               lookup.status == 0 && strcmp(lookup.out, r.out) == 0 && strstr(lookup.err, "context shifts: 65"),
           "-n 1000 greedy: the same text and shifts with a draft model (%s) and with prompt lookup (%s)", drafted.err,
@@ -1808,40 +1814,7 @@ static void test_threads_deterministic(void) {
 /* ------------------------------------------------------------------------- */
 /* Speculative decoding                                                       */
 
-/* A copy of ../shared/golden/<name> for the rule that -n counts tokens past the
-   context (which shifts): the files were made where -n beyond a model's context
-   meant the context (llama2.c's clamp), so in such a case -n becomes the
-   context, the same question as before, the same expected text. The models read
-   are ../shared/models'; the random ones that check_golden.py makes are left
-   alone (their cases stay inside the context). The caller unlinks and frees. */
-static char *golden_within_context(const char *name) {
-    char path[4096], line[65536], *copy = strdup("/tmp/run_test_golden_XXXXXX");
-    snprintf(path, sizeof path, "%s/golden/%s", shared_dir(), name);
-    FILE *in = fopen(path, "r"), *out = fdopen(mkstemp(copy), "w");
-    while (in && fgets(line, sizeof line, in)) {
-        const char *n_pattern = "\"-n\", \"", *model = strstr(line, "[\"@"), *n_flag = strstr(line, n_pattern);
-        char model_path[4096];
-        int name_len = model ? (int)strcspn(model + 3, "\"") : 0;
-        snprintf(model_path, sizeof model_path, "%s/models/%.*s", shared_dir(), name_len, model ? model + 3 : "");
-        if (!model || !n_flag || access(model_path, R_OK) != 0) {
-            fputs(line, out);
-            continue;
-        }
-        Checkpoint ck;
-        open_checkpoint(&ck, model_path);
-        int context = ck.config.seq_len;
-        close_checkpoint(&ck);
-        const char *number = n_flag + strlen(n_pattern);
-        long n = strtol(number, NULL, 10);
-        if (n > context) fprintf(out, "%.*s%d%s", (int)(number - line), line, context, number + strspn(number, "0123456789"));
-        else fputs(line, out);
-    }
-    if (in) fclose(in);
-    fclose(out);
-    return copy;
-}
-
-/* The golden files (golden_within_context()'s copies) through ./run with a
+/* The golden files through ./run with a
    draft: greedy cases with the int8 copy of the shared model (or, for the random
    models, another random model of the same vocabulary), and every case with
    prompt lookup, whose draws are exactly those of decoding without it. A
@@ -2328,7 +2301,9 @@ int main(void) {
     if (have_shared()) {
         test_shared_versions();
         char tools[4096], args[8192];
-        char *generate = golden_within_context("generate.jsonl"), *generate_q80 = golden_within_context("generate_q80.jsonl");
+        char generate[4096], generate_q80[4096];
+        snprintf(generate, sizeof generate, "%s/golden/generate.jsonl", shared_dir());
+        snprintf(generate_q80, sizeof generate_q80, "%s/golden/generate_q80.jsonl", shared_dir());
         snprintf(tools, sizeof tools, "%s/tools", shared_dir());
         char script[8192];
         snprintf(script, sizeof script, "%s/check_golden.py", tools);
@@ -2337,7 +2312,6 @@ int main(void) {
         snprintf(args, sizeof args, "%s %s", run, generate_q80);
         run_python_suite("python3", script, args);
         test_speculative_goldens(run, generate, generate_q80);
-        unlink(generate), unlink(generate_q80), free(generate), free(generate_q80);
         snprintf(script, sizeof script, "%s/check_tokenizer.py", tools);
         snprintf(args, sizeof args, "%s", run);
         run_python_suite("python3", script, args);
