@@ -248,7 +248,7 @@ static void exercise_model(const uint8_t *data, size_t size) {
     kernels = choose_kernels(NULL);
     RunState s;
     Batch b;
-    init_run_state(&s, c, c->seq_len);
+    init_run_state(&s, c, c->seq_len, CACHE_FP32);
     init_batch(&b, c, &s, 1, 0);
     Sampler sampler = {c->vocab_size, 1.0f, 0.9f, 42, xmalloc((size_t)c->vocab_size * sizeof(ProbIndex)), softmax};
     int tokens[3] = {BOS_ID, 0, 0};
