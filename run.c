@@ -1612,6 +1612,7 @@ attention_queries(const float **query, float **query_out, int *last, const float
    the int8 cache a tile of positions at a time, dequantized into a buffer of
    KV_TILE_FLOATS floats on the stack (16 KB: it stays in the L1 cache). */
 #define KV_TILE_FLOATS 4096
+#define KV_PREFETCH_ROWS 16
 
 /* Positions per tile: a multiple of 16 when 16 rows fit, 0 when not one does. */
 static inline int kv_tile_positions(const CacheHead *h, int n_keys, int head_size) {
@@ -1632,6 +1633,8 @@ kv_tile(const CacheHead *h, int t0, int n, int head_size, float *tile, size_t *s
     for (int t = 0; t < n; t++) {
         const int8_t *q = h->q + (t0 + t) * h->row_stride;
         float scale = h->scale[(t0 + t) * h->scale_stride];
+        /* the rows are far apart: ask for the one KV_PREFETCH_ROWS on now */
+        for (int i = 0; i < head_size; i += 64) prefetch(q + i, KV_PREFETCH_ROWS * h->row_stride);
         for (int i = 0; i < head_size; i++) tile[t * head_size + i] = (float)q[i] * scale;
     }
     *stride = head_size;

@@ -1466,7 +1466,7 @@ static void test_flags(const char *model, const char *tokenizer) {
     static const char *bad[][2] = {
         {"-t", "abc"}, {"-t", "-1"}, {"-t", "nan"}, {"-t", "1.5x"}, {"-p", "1.5"}, {"-p", "-0.1"},
         {"-p", "nan"}, {"-n", "-3"}, {"-n", "ten"}, {"-s", "-1"}, {"-s", "1e3"}, {"-m", "dance"}, {"-q", "1"},
-        {"-tt", "1"}, {"-n", "99999999999"},
+        {"-tt", "1"}, {"-n", "99999999999"}, {"-c", "int4"}, {"-c", "FP32"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         RunResult r;
@@ -1477,6 +1477,15 @@ static void test_flags(const char *model, const char *tokenizer) {
     RunResult r;
     run_args(&r, NULL, model, "-z", tokenizer, "-n", NULL);
     check(r.status == 1 && strstr(r.err, "-n needs a value"), "flag without a value: %s", r.err);
+    run_args(&r, NULL, model, "-z", tokenizer, "-c", "int4", NULL);
+    check(r.status == 1 && strstr(r.err, "-c") && strstr(r.err, "'int4'") && strstr(r.err, "fp32 or int8"),
+          "-c int4: want the flag, the value and the choices named: %s", r.err);
+    /* -c fp32 is the default: the same text */
+    static RunResult fp32_text, default_text;
+    run_args(&default_text, NULL, model, "-z", tokenizer, "-t", "0", "-n", "20", "-i", "1 2", NULL);
+    run_args(&fp32_text, NULL, model, "-z", tokenizer, "-t", "0", "-n", "20", "-i", "1 2", "-c", "fp32", NULL);
+    check(default_text.status == 0 && fp32_text.status == 0 && strcmp(default_text.out, fp32_text.out) == 0,
+          "-c fp32 gives the default's text");
     run_args(&r, NULL, NULL);
     check(r.status == 1 && strstr(r.err, "no checkpoint"), "no arguments: %s", r.err);
     /* RUN_KERNELS picks a set by name; a name this CPU lacks is one error line
@@ -1573,6 +1582,45 @@ static void test_shared_versions(void) {
    PyTorch's, stored by demo/train.py in demo/logits_fixture.txt (a comment line
    with the command that made it, "ids: ...", then one line of logits per
    position). */
+/* The int8 cache's effect on a trained model's logits. Each cached value is
+   within scale / 2 = max|x| / 254 of its head's largest value, 0.4%: attention
+   mixes values with weights that sum to 1, so its output moves by at most
+   that share of the largest value, and the scores by q . dk, of the same
+   order relative to their size. Through the layers such errors add up but
+   stay a few times that: the logits must stay within `bound` (2%) of their
+   spread (largest minus smallest) at every position of a 200-token greedy
+   text, which the model reads with both caches (fed the fp32 run's tokens).
+   The difference must not be zero either: the int8 cache is really in use. */
+static void test_int8_cache_logits(const char *path, const char *what, double bound) {
+    Checkpoint ck;
+    open_checkpoint(&ck, path);
+    const Config *c = &ck.config;
+    int n = c->seq_len < 200 ? c->seq_len : 200, token = BOS_ID, agree = 0;
+    RunState s32, s8;
+    init_run_state(&s32, c, n, CACHE_FP32);
+    init_run_state(&s8, c, n, CACHE_INT8);
+    double worst = 0, largest = 0;
+    for (int pos = 0; pos < n; pos++) {
+        const float *l32 = forward(&ck, &s32, token, pos), *l8 = forward(&ck, &s8, token, pos);
+        float lo = l32[0], hi = l32[0], diff = 0;
+        for (int i = 0; i < c->vocab_size; i++) {
+            lo = fminf(lo, l32[i]), hi = fmaxf(hi, l32[i]);
+            diff = fmaxf(diff, fabsf(l8[i] - l32[i]));
+        }
+        worst = fmax(worst, diff / (hi - lo));
+        largest = fmax(largest, diff);
+        token = sample_argmax(l32, c->vocab_size);
+        agree += token == sample_argmax(l8, c->vocab_size);
+    }
+    check(worst < bound && largest > 0, "%s: int8 cache logits off the fp32 cache's by up to %.2g%% of their spread "
+          "(largest difference %g), want under %g%% and not 0", what, 100 * worst, largest, 100 * bound);
+    printf("int8 KV cache, %s, %d positions: logits within %.2g%% of their spread of the fp32 cache's; "
+           "the same greedy token at %d of %d\n", what, n, 100 * worst, agree, n);
+    free_run_state(&s32);
+    free_run_state(&s8);
+    close_checkpoint(&ck);
+}
+
 static void test_demo_model(void) {
     FILE *f = fopen("demo/logits_fixture.txt", "r");
     if (!f) {
@@ -1765,7 +1813,7 @@ static void test_long_context_memory(const char *tokenizer) {
     m.w3 = random_tensor(l * h * d, 0.05f, 0);
     Buffer v1 = write_checkpoint(&m, 1, 0, 500000.0f, 0);
     char *path = write_temp(v1.data, v1.n);
-    RunResult r;
+    RunResult r, r8;
     run_args(&r, NULL, path, "-z", tokenizer, "-n", "4096", "-m", "chat", NULL);
     long file_kb = (long)(v1.n >> 10), cache_kb = (long)(2 * l * 4096 * d * sizeof(float) >> 10);
     check(r.status == 0 && r.max_rss_kb < 32 * cache_kb / 4,
@@ -1773,6 +1821,17 @@ static void test_long_context_memory(const char *tokenizer) {
           "want under a quarter of the %ld KB that 131072 positions would take %s", r.status, r.max_rss_kb,
           file_kb, cache_kb, 32 * cache_kb, r.err);
     printf("seq_len 131072, -n 4096: peak RSS %ld KB (file %ld KB, KV cache %ld KB)\n", r.max_rss_kb, file_kb, cache_kb);
+    /* the int8 cache: a byte per value and a float per head (of 64 values)
+       and position; the fp32 cache is not allocated, so the peak drops by at
+       least 90% of the difference */
+    run_args(&r8, NULL, path, "-z", tokenizer, "-n", "4096", "-m", "chat", "-c", "int8", NULL);
+    long int8_cache_kb = (long)(2 * l * 4096 * (d + 4 * m.kv_heads) >> 10);
+    check(r8.status == 0 && r8.max_rss_kb + (cache_kb - int8_cache_kb) * 9 / 10 < r.max_rss_kb,
+          "-c int8: exit %d, peak RSS %ld KB, want under %ld KB (fp32 cache's run %ld KB less 90%% of the %ld KB the "
+          "caches differ by) %s", r8.status, r8.max_rss_kb, r.max_rss_kb - (cache_kb - int8_cache_kb) * 9 / 10,
+          r.max_rss_kb, cache_kb - int8_cache_kb, r8.err);
+    printf("seq_len 131072, -n 4096, -c int8: peak RSS %ld KB (file %ld KB, KV cache %ld KB)\n", r8.max_rss_kb,
+           file_kb, int8_cache_kb);
     unlink(path), free(path), free(v1.data);
     free_tiny(&m);
 }
@@ -2084,6 +2143,22 @@ int main(void) {
     free_tiny(&m);
 
     test_demo_model();
+    test_int8_cache_logits("demo/model.bin", "demo model", 0.02);
+    if (have_shared()) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/models/aidreams260K.bin", shared_dir());
+        test_int8_cache_logits(path, "aidreams260K", 0.02);
+        /* stories260K's logits move more (4% of their spread, 5% with int8
+           weights, though its heads have no outlying values): 10% keeps a
+           margin and still fails a cache read wrongly (values read with 1.5
+           times their scales: 90% of the spread) */
+        snprintf(path, sizeof path, "%s/models/stories260K.bin", shared_dir());
+        test_int8_cache_logits(path, "stories260K", 0.1);
+        snprintf(path, sizeof path, "%s/models/stories260K_q80.bin", shared_dir());
+        test_int8_cache_logits(path, "stories260K int8", 0.1);
+    } else {
+        skip("int8 KV cache logits of the shared models: %s/models not found", shared_dir());
+    }
 
     /* export.py, checked against an independent numpy forward pass; needs numpy */
     const char *run = getenv("RUN") ? getenv("RUN") : "./run"; /* the binary the scripts run */
