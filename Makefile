@@ -3,7 +3,9 @@
 # make test           build and run the test suite (test_all.c)
 # make test-sanitize  the same suite, built with AddressSanitizer and UBSan
 # make run PLAIN=1    ./run without Part II: the plain kernels only (same output, slower)
-# make bench          speed and memory on three model shapes (needs ../shared)
+# make bench          speed and memory on three model shapes (needs ../shared);
+#                     BENCH_FLAGS=--long adds the 1.1B shape near position 2000
+#                     with each KV cache (--long-only: just that)
 # make test-arm64     the suite cross-compiled for aarch64, run under qemu-user
 CC ?= cc
 # No -march: run.c compiles its fast kernels for each instruction set and picks
@@ -72,8 +74,9 @@ demo: run
 	./run demo/model.bin -z demo/tokenizer.bin -t 0.8 -s 42 -n 200 -i "Once upon a time"
 	./run demo/model.bin -z demo/tokenizer.bin -t 0 -n 200 -i "Once upon a time" -d demo/draft.bin
 
+BENCH_FLAGS ?=
 bench: run
-	python3 bench.py
+	python3 bench.py $(BENCH_FLAGS)
 
 clean:
 	rm -f run test_all run_sanitize test_all_sanitize run_arm64 test_all_arm64 run_arm64_qemu

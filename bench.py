@@ -36,9 +36,17 @@ the time to load it and encode a 100 KB prompt (./run -m tokenize, wall clock,
 best of three), and its memory: peak RSS minus that of ./run -h, beside the
 file's size.
 
-usage: python3 bench.py [--quick] [--long] [--kernels SET] [--compare-only]
+With --long, the 1.1B shape near the end of its context: int8 decode speed
+after 100 positions and at 1950-2000, with all cores; then, on 2 threads, decode
+speed at positions 1950-2000 and peak RSS with each KV cache (-c fp32, -c int8)
+for the fp32 and the int8 weights, the two caches' runs alternated, best of
+three; beside them the file, the cache (2000 positions) and the memory limit
+(file + cache + 16 MB).
+
+usage: python3 bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only]
   --quick         only the two small shapes
-  --long          also decode speed near position 2000 of the 1.1B shape (int8)
+  --long          also the 1.1B shape near position 2000 (above)
+  --long-only     only that
   --kernels SET   run every ./run row with RUN_KERNELS=SET (plain, sse, avx2,
                   avx512, vnni; neon on ARM64); the comparison's default is avx2
   --compare-only  only the table beside llama2.c
@@ -256,6 +264,7 @@ def peak_rss(cmd):
 
 def main():
     quick, long, compare_only = "--quick" in sys.argv, "--long" in sys.argv, "--compare-only" in sys.argv
+    long_only = "--long-only" in sys.argv
     kernels = None
     if "--kernels" in sys.argv:
         i = sys.argv.index("--kernels")
@@ -271,6 +280,9 @@ def main():
     if kernels:
         print(f"./run with RUN_KERNELS={kernels}")
     cores = os.cpu_count() or 1
+    if long_only:
+        long_context(cores, kernels)
+        return
     rows = []
     for name, args, steps in SHAPES[:2] if quick else SHAPES:
         fp32, int8 = models(name, args)
@@ -295,19 +307,45 @@ def main():
     for name, kind, threads, decode, prefill, rss, size, limit in rows:
         print(f"{name:<16} {kind:<7} {threads:>7} {decode:>13.1f} {prefill:>14.1f} {rss:>12.1f} {size:>8.1f} {limit:>9.1f}")
     if long and not quick:
-        _, int8 = models(*SHAPES[2][:2])
-        near = " ".join(["hello world"] * 975)  # about 1950 tokens
-        # alternated three times, best of each: on a shared machine the load
-        # changes between runs by more than the difference measured here
-        at_100 = at_2000 = 0
-        for _ in range(3):
-            at_100 = max(at_100, run(int8, cores, " ".join(["hello world"] * 50), 150, kernels)[1])
-            at_2000 = max(at_2000, run(int8, cores, near, 2000, kernels)[1])
-        print(f"TinyLlama-1.1B int8, {cores} threads: decode {at_100:.1f} tok/s after a 100-token prompt, "
-              f"{at_2000:.1f} tok/s at positions 1950-2000 ({100 * (at_2000 / at_100 - 1):+.0f}%), best of 3 runs each")
+        long_context(cores, kernels)
     speculative_bench(kernels)
     compare(prompt, kernels or "avx2")
     tokenizer_bench()
+
+
+def long_context(cores, kernels):
+    """The 1.1B shape near position 2000: int8 weights at 100 and 2000
+    positions, then both KV caches with both weights."""
+    name, args, _ = SHAPES[2]
+    fp32, int8 = models(name, args)
+    near = " ".join(["hello world"] * 975)  # about 1950 tokens
+    # alternated three times, best of each: on a shared machine the load
+    # changes between runs by more than the difference measured here
+    at_100 = at_2000 = 0
+    for _ in range(3):
+        at_100 = max(at_100, run(int8, cores, " ".join(["hello world"] * 50), 150, kernels)[1])
+        at_2000 = max(at_2000, run(int8, cores, near, 2000, kernels)[1])
+    print(f"TinyLlama-1.1B int8, {cores} threads: decode {at_100:.1f} tok/s after a 100-token prompt, "
+          f"{at_2000:.1f} tok/s at positions 1950-2000 ({100 * (at_2000 / at_100 - 1):+.0f}%), best of 3 runs each")
+    dim, _, layers, heads, kv_heads = (int(a) for a in args.split()[:5])
+    kv_dim, positions = dim // heads * kv_heads, 2000
+    cache_mb = {  # keys and values; int8: a byte per value and a float per KV head and position
+        "fp32": 2 * layers * positions * kv_dim * 4 / 2**20,
+        "int8": 2 * layers * positions * (kv_dim + 4 * kv_heads) / 2**20,
+    }
+    print(f"TinyLlama-1.1B, 2 threads, decode at positions 1950-2000 with each KV cache (-c), best of 3 alternated runs:")
+    print(f"{'weights':<7} {'cache':<5} {'decode tok/s':>12} {'peak RSS MB':>12} {'file MB':>8} {'cache MB':>9} {'limit MB':>9}")
+    for kind, model in (("fp32", fp32), ("int8", int8)):
+        best = {"fp32": (0.0, 0.0), "int8": (0.0, 0.0)}
+        for _ in range(3):
+            for cache in ("fp32", "int8"):
+                _, decode, rss, _ = run(model, 2, near, positions, kernels, extra=("-c", cache))
+                best[cache] = (max(best[cache][0], decode), max(best[cache][1], rss))
+        size = os.path.getsize(model) / 2**20
+        for cache in ("fp32", "int8"):
+            decode, rss = best[cache]
+            print(f"{kind:<7} {cache:<5} {decode:>12.2f} {rss:>12.1f} {size:>8.1f} {cache_mb[cache]:>9.1f}"
+                  f" {size + cache_mb[cache] + 16:>9.1f}")
 
 
 main()

@@ -370,6 +370,28 @@ typedef struct {
     float *scale;
 } QuantizedVector;
 
+/* The KV cache's element type, chosen with -c. */
+typedef enum { CACHE_FP32, CACHE_INT8 } CacheType;
+
+/* The keys (or the values) of every layer and position, [n_layers][n_pos][kv_dim]:
+   fp32, or int8 with one scale per KV head and position, quantized like a
+   weight group (quantize() with groups of head_size). */
+typedef struct {
+    float *f32;   /* fp32: [n_layers][n_pos][kv_dim]; NULL when int8 */
+    int8_t *q;    /* int8: [n_layers][n_pos][kv_dim] */
+    float *scale; /* int8: [n_layers][n_pos][n_kv_heads] */
+    int n_pos, kv_dim, head_size;
+} CacheTensor;
+
+/* One KV head of one layer, as attention reads it: row t holds position t. */
+typedef struct {
+    const float *f32;   /* fp32: position 0's first value, rows row_stride apart */
+    const int8_t *q;    /* int8: the same, as int8 */
+    const float *scale; /* int8: position t's scale is scale[t * scale_stride] */
+    size_t row_stride;  /* kv_dim */
+    size_t scale_stride; /* n_kv_heads */
+} CacheHead;
+
 typedef struct {
     float *x;      /* residual stream [dim] */
     float *xb;     /* normalised x, then attention output [dim] */
@@ -377,10 +399,11 @@ typedef struct {
     float *hb;     /* feed-forward gate [hidden_dim] */
     float *hb2;    /* feed-forward up [hidden_dim] */
     float *q;      /* query [dim] */
+    float *k;      /* this position's key [kv_dim], on its way into the cache */
+    float *v;      /* and its value [kv_dim] */
     float *att;    /* one head's attention scores [n_pos] */
     float *logits; /* [vocab_size] */
-    float *key_cache;   /* [n_layers][n_pos][kv_dim] */
-    float *value_cache; /* [n_layers][n_pos][kv_dim] */
+    CacheTensor keys, values; /* the KV cache */
     float *rope_cos;    /* [n_pos][head_size / 2] */
     float *rope_sin;
     QuantizedVector xq; /* version 2: a matmul's input in int8 [max(dim, hidden_dim)] */
@@ -391,10 +414,10 @@ typedef struct {
    aligned and, in its whole 2 MB pieces, marked for transparent huge pages, so
    that walking it does not cost a TLB miss every 4 KB (on virtual machines a
    costly one). The last piece keeps small pages: no memory beyond the cache. */
-static float *alloc_cache(size_t count) {
+static void *alloc_cache(size_t count, size_t size) {
     size_t huge = (size_t)2 << 20;
-    if (count > SIZE_MAX / sizeof(float)) fail("out of memory (asked for %zu floats)", count);
-    size_t bytes = count * sizeof(float);
+    if (size && count > SIZE_MAX / size) fail("out of memory (asked for %zu x %zu bytes)", count, size);
+    size_t bytes = count * size;
     void *p = NULL;
     if (posix_memalign(&p, huge, bytes ? bytes : 1) != 0) fail("out of memory (asked for %zu bytes)", bytes);
 #ifdef MADV_HUGEPAGE
@@ -402,6 +425,20 @@ static float *alloc_cache(size_t count) {
 #endif
     memset(p, 0, bytes); /* now, so that the first tokens do not pay for the pages' first touch */
     return p;
+}
+
+static void init_cache_tensor(CacheTensor *t, const Config *c, int n_pos, CacheType type) {
+    t->head_size = c->dim / c->n_heads;
+    t->kv_dim = t->head_size * c->n_kv_heads;
+    t->n_pos = n_pos;
+    size_t rows = (size_t)c->n_layers * n_pos;
+    t->f32 = type == CACHE_FP32 ? alloc_cache(rows * t->kv_dim, sizeof(float)) : NULL;
+    t->q = type == CACHE_INT8 ? alloc_cache(rows * t->kv_dim, 1) : NULL;
+    t->scale = type == CACHE_INT8 ? alloc_cache(rows * c->n_kv_heads, sizeof(float)) : NULL;
+}
+
+static void free_cache_tensor(CacheTensor *t) {
+    free(t->f32); free(t->q); free(t->scale);
 }
 
 /* The angle per position of pair i/2 (i even) of every head: theta^(-i/head_size),
@@ -423,7 +460,7 @@ static float rope_frequency(const Config *c, int i, int head_size) {
 }
 
 /* Buffers for positions 0 .. n_pos - 1: the context (generate and chat shift it when it is full). */
-static void init_run_state(RunState *s, const Config *c, int n_pos) {
+static void init_run_state(RunState *s, const Config *c, int n_pos, CacheType cache) {
     size_t kv_dim = (size_t)c->dim / c->n_heads * c->n_kv_heads;
     size_t head_size = c->dim / c->n_heads;
     size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
@@ -434,10 +471,12 @@ static void init_run_state(RunState *s, const Config *c, int n_pos) {
     s->hb = xcalloc(c->hidden_dim, sizeof(float));
     s->hb2 = xcalloc(c->hidden_dim, sizeof(float));
     s->q = xcalloc(c->dim, sizeof(float));
+    s->k = xcalloc(kv_dim, sizeof(float));
+    s->v = xcalloc(kv_dim, sizeof(float));
     s->att = xcalloc(n_pos, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
-    s->key_cache = alloc_cache((size_t)c->n_layers * n_pos * kv_dim);
-    s->value_cache = alloc_cache((size_t)c->n_layers * n_pos * kv_dim);
+    init_cache_tensor(&s->keys, c, n_pos, cache);
+    init_cache_tensor(&s->values, c, n_pos, cache);
     s->xq.q = xcalloc(widest, 1);
     s->xq.scale = xcalloc(widest, sizeof(float));
     /* RoPE angles depend only on position and pair index: compute them once */
@@ -454,8 +493,9 @@ static void init_run_state(RunState *s, const Config *c, int n_pos) {
 }
 
 static void free_run_state(RunState *s) {
-    free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q);
-    free(s->att); free(s->logits); free(s->key_cache); free(s->value_cache);
+    free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->k); free(s->v);
+    free(s->att); free(s->logits);
+    free_cache_tensor(&s->keys); free_cache_tensor(&s->values);
     free(s->xq.q); free(s->xq.scale); free(s->rope_cos); free(s->rope_sin);
 }
 
@@ -581,25 +621,6 @@ static void rope(float *v, int n, int head_size, const float *cos_pos, const flo
         }
 }
 
-/* One query head attending over positions 0..pos of its key/value head (rows
-   kv_dim apart in the cache): scores q.k / sqrt(head_size), softmaxed, then
-   the values mixed by them. */
-static void attention_head(float *out, const float *q, const float *keys, const float *values,
-                           float *att, int pos, int head_size, int kv_dim) {
-    for (int t = 0; t <= pos; t++) {
-        const float *k = keys + (size_t)t * kv_dim;
-        float score = 0.0f;
-        for (int i = 0; i < head_size; i++) score += k[i] * q[i];
-        att[t] = score / sqrtf(head_size);
-    }
-    softmax(att, pos + 1);
-    memset(out, 0, head_size * sizeof(float));
-    for (int t = 0; t <= pos; t++) {
-        const float *v = values + (size_t)t * kv_dim;
-        for (int i = 0; i < head_size; i++) out[i] += att[t] * v[i];
-    }
-}
-
 /* SwiGLU: hb = silu(hb) * hb2, silu(x) = x * sigmoid(x). */
 static void swiglu(float *hb, const float *hb2, int n) {
     for (int i = 0; i < n; i++) {
@@ -612,6 +633,84 @@ static void swiglu(float *hb, const float *hb2, int n) {
 
 static void add(float *x, const float *y, int n) {
     for (int i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* ------------------------------------------------------------------------- */
+/* The KV cache: rows in, and attention reading them                          */
+
+/* Where the row of one layer and position starts: in values, and (int8) in scales. */
+static size_t cache_offset(const CacheTensor *t, int layer, int pos) {
+    return ((size_t)layer * t->n_pos + pos) * t->kv_dim;
+}
+static size_t cache_scale_offset(const CacheTensor *t, int layer, int pos) {
+    return ((size_t)layer * t->n_pos + pos) * (t->kv_dim / t->head_size);
+}
+
+/* Stores the kv_dim values of one layer's key (or value) at one position; the
+   int8 cache quantizes each KV head's head_size values with their own scale. */
+static void cache_store(CacheTensor *t, int layer, int pos, const float *row) {
+    if (t->f32) memcpy(t->f32 + cache_offset(t, layer, pos), row, t->kv_dim * sizeof(float));
+    else quantize(t->q + cache_offset(t, layer, pos), t->scale + cache_scale_offset(t, layer, pos), row, t->kv_dim, t->head_size);
+}
+
+/* The kv_dim values stored at one layer and position, as floats (int8: each
+   value times its head's scale). Attention reads the cache through cache_at()
+   and Part II's tiles; this whole-row read is for work on the cache itself
+   (the context shift). */
+static void cache_load(float *row, const CacheTensor *t, int layer, int pos) {
+    if (t->f32) {
+        memcpy(row, t->f32 + cache_offset(t, layer, pos), t->kv_dim * sizeof(float));
+        return;
+    }
+    const int8_t *q = t->q + cache_offset(t, layer, pos);
+    const float *scale = t->scale + cache_scale_offset(t, layer, pos);
+    for (int i = 0; i < t->kv_dim; i++) row[i] = (float)q[i] * scale[i / t->head_size];
+}
+
+/* Moves the rows of positions [from, from + count) of one layer to [to, to + count), as stored. */
+static void cache_move(CacheTensor *t, int layer, int to, int from, int count) {
+    size_t n = (size_t)count * t->kv_dim, heads = (size_t)count * (t->kv_dim / t->head_size);
+    if (t->f32) {
+        memmove(t->f32 + cache_offset(t, layer, to), t->f32 + cache_offset(t, layer, from), n * sizeof(float));
+        return;
+    }
+    memmove(t->q + cache_offset(t, layer, to), t->q + cache_offset(t, layer, from), n);
+    memmove(t->scale + cache_scale_offset(t, layer, to), t->scale + cache_scale_offset(t, layer, from),
+            heads * sizeof(float));
+}
+
+/* KV head kv_head of layer `layer`, from position 0 on. */
+static CacheHead cache_head(const CacheTensor *t, int layer, int kv_head) {
+    size_t values = cache_offset(t, layer, 0) + (size_t)kv_head * t->head_size;
+    size_t scales = cache_scale_offset(t, layer, 0) + kv_head;
+    return (CacheHead){
+        .f32 = t->f32 ? t->f32 + values : NULL,
+        .q = t->q ? t->q + values : NULL,
+        .scale = t->scale ? t->scale + scales : NULL,
+        .row_stride = t->kv_dim,
+        .scale_stride = t->kv_dim / t->head_size,
+    };
+}
+
+/* Value i of position t's row: as stored, or (int8) times its scale. */
+static inline float cache_at(const CacheHead *h, int t, int i) {
+    if (h->f32) return h->f32[t * h->row_stride + i];
+    return (float)h->q[t * h->row_stride + i] * h->scale[t * h->scale_stride];
+}
+
+/* One query head attending over positions 0..pos of its key/value head:
+   scores q.k / sqrt(head_size), softmaxed, then the values mixed by them. */
+static void attention_head(float *out, const float *q, const CacheHead *keys, const CacheHead *values, float *att,
+                           int pos, int head_size) {
+    for (int t = 0; t <= pos; t++) {
+        float score = 0.0f;
+        for (int i = 0; i < head_size; i++) score += cache_at(keys, t, i) * q[i];
+        att[t] = score / sqrtf(head_size);
+    }
+    softmax(att, pos + 1);
+    memset(out, 0, head_size * sizeof(float));
+    for (int t = 0; t <= pos; t++)
+        for (int i = 0; i < head_size; i++) out[i] += att[t] * cache_at(values, t, i);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -630,21 +729,20 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
     embed(s->x, &w->token_embedding, token, dim, gs);
 
     for (int l = 0; l < c->n_layers; l++) {
-        /* attention: q, k, v from the normalised stream; k and v go straight
-           into the cache row of this position */
-        float *keys = s->key_cache + (size_t)l * s->n_pos * kv_dim;
-        float *values = s->value_cache + (size_t)l * s->n_pos * kv_dim;
-        float *k = keys + (size_t)pos * kv_dim, *v = values + (size_t)pos * kv_dim;
+        /* attention: q, k, v from the normalised stream; k and v go into the
+           cache row of this position, and the heads read the cache */
         rmsnorm(s->xb, s->x, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
         linear(s->q, s->xb, &w->wq[l], dim, dim, &s->xq, gs);
-        linear(k, s->xb, &w->wk[l], dim, kv_dim, &s->xq, gs);
-        linear(v, s->xb, &w->wv[l], dim, kv_dim, &s->xq, gs);
+        linear(s->k, s->xb, &w->wk[l], dim, kv_dim, &s->xq, gs);
+        linear(s->v, s->xb, &w->wv[l], dim, kv_dim, &s->xq, gs);
         rope(s->q, dim, head_size, cos_pos, sin_pos);
-        rope(k, kv_dim, head_size, cos_pos, sin_pos);
+        rope(s->k, kv_dim, head_size, cos_pos, sin_pos);
+        cache_store(&s->keys, l, pos, s->k);
+        cache_store(&s->values, l, pos, s->v);
         for (int h = 0; h < c->n_heads; h++) {
-            size_t kv_offset = (size_t)(h / heads_per_kv) * head_size;
-            attention_head(s->xb + h * head_size, s->q + h * head_size, keys + kv_offset, values + kv_offset,
-                           s->att, pos, head_size, kv_dim);
+            CacheHead keys = cache_head(&s->keys, l, h / heads_per_kv);
+            CacheHead values = cache_head(&s->values, l, h / heads_per_kv);
+            attention_head(s->xb + h * head_size, s->q + h * head_size, &keys, &values, s->att, pos, head_size);
         }
         linear(s->xb2, s->xb, &w->wo[l], dim, dim, &s->xq, gs);
         add(s->x, s->xb2, dim);
@@ -687,15 +785,13 @@ static void shift_cache(RunState *s, const Config *c, int keep, int drop, int en
     const float *cos_back = s->rope_cos + (size_t)drop * head_size / 2; /* the angles of `drop` positions */
     const float *sin_back = s->rope_sin + (size_t)drop * head_size / 2;
     for (int l = 0; l < c->n_layers; l++) {
-        float *keys = s->key_cache + (size_t)l * s->n_pos * kv_dim;
-        float *values = s->value_cache + (size_t)l * s->n_pos * kv_dim;
         for (int pos = keep + drop; pos < end; pos++) {
-            const float *from = keys + (size_t)pos * kv_dim;
-            float *to = keys + (size_t)(pos - drop) * kv_dim;
-            for (int h = 0; h < kv_dim; h += head_size) rotate_back(to + h, from + h, head_size, cos_back, sin_back);
+            /* through floats, so that the int8 cache requantizes the turned key */
+            cache_load(s->k, &s->keys, l, pos);
+            for (int h = 0; h < kv_dim; h += head_size) rotate_back(s->v + h, s->k + h, head_size, cos_back, sin_back);
+            cache_store(&s->keys, l, pos - drop, s->v);
         }
-        memmove(values + (size_t)keep * kv_dim, values + (size_t)(keep + drop) * kv_dim,
-                (size_t)(end - keep - drop) * kv_dim * sizeof(float));
+        cache_move(&s->values, l, keep, keep + drop, end - keep - drop);
     }
 }
 
@@ -1504,9 +1600,9 @@ typedef struct {
     /* attention_head() for the n_heads query heads of n_tokens consecutive
        tokens (positions pos, pos + 1, ...) that share one KV head; q and out
        are rows of dim floats from the first of those heads on; att holds 8
-       rows of att_stride floats */
-    void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                            const float *values, float *att, size_t att_stride, int head_size, int kv_dim, int n_heads);
+       rows of att_stride floats; the cache is fp32 or int8 */
+    void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
+                            const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads);
     /* Batched matmuls, T > 1 tokens at once, each weight read once for all:
        out[t * out_stride + i] = W[i] . x[t] for rows [begin, end). prepare_*
        lays the input out once (x [T][n], or quantize()'s int8 values and
@@ -1523,14 +1619,13 @@ typedef struct {
 
 static int cpu_has_always(void) { return 1; }
 
-static void attention_block_plain(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                                  const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
-                                  int n_heads) {
+static void attention_block_plain(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
+                                  const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads) {
     (void)att_stride;
     for (int t = 0; t < n_tokens; t++)
         for (int h = 0; h < n_heads; h++) {
             size_t offset = (size_t)t * dim + h * head_size;
-            attention_head(out + offset, q + offset, keys, values, att, pos + t, head_size, kv_dim);
+            attention_head(out + offset, q + offset, keys, values, att, pos + t, head_size);
         }
 }
 
@@ -1571,6 +1666,39 @@ attention_queries(const float **query, float **query_out, int *last, const float
         query_out[k] = out + (size_t)token * dim + head * head_size;
         last[k] = pos + token; /* causal: the last position this query sees */
     }
+}
+
+/* The fast kernels read the fp32 cache in place, all positions as one tile;
+   the int8 cache a tile of positions at a time, dequantized into a buffer of
+   KV_TILE_FLOATS floats on the stack (16 KB: it stays in the L1 cache). */
+#define KV_TILE_FLOATS 4096
+#define KV_PREFETCH_ROWS 16
+
+/* Positions per tile: a multiple of 16 when 16 rows fit, 0 when not one does. */
+static inline int kv_tile_positions(const CacheHead *h, int n_keys, int head_size) {
+    if (h->f32) return n_keys;
+    int n = KV_TILE_FLOATS / head_size;
+    return n >= 16 ? n / 16 * 16 : n;
+}
+
+/* Rows t0 .. t0 + n - 1 of a KV head as floats, *stride apart: the fp32
+   cache's own, or the int8 ones dequantized into tile, each value as
+   cache_at() gives it. */
+static inline __attribute__((always_inline)) const float *
+kv_tile(const CacheHead *h, int t0, int n, int head_size, float *tile, size_t *stride) {
+    if (h->f32) {
+        *stride = h->row_stride;
+        return h->f32 + t0 * h->row_stride;
+    }
+    for (int t = 0; t < n; t++) {
+        const int8_t *q = h->q + (t0 + t) * h->row_stride;
+        float scale = h->scale[(t0 + t) * h->scale_stride];
+        /* the rows are far apart: ask for the one KV_PREFETCH_ROWS on now */
+        for (int i = 0; i < head_size; i += 64) prefetch(q + i, KV_PREFETCH_ROWS * h->row_stride);
+        for (int i = 0; i < head_size; i++) tile[t * head_size + i] = (float)q[i] * scale;
+    }
+    *stride = head_size;
+    return tile;
 }
 
 /* att[h * att_stride + t] = q[h] . key_t for the keys [from, n_keys) that a
@@ -1834,29 +1962,34 @@ scores_avx512(float *att, size_t att_stride, const float *const *q, int Q, const
 }
 
 /* out[k] = sum over t <= last[k] of att[k][t] * value_t, t in order, for G
-   queries and value rows of 16 * V floats: the sums stay in registers while
-   the rows stream past, each row loaded once for the G. last[] never
-   decreases, so they run together up to the first one's last position. */
+   queries and value rows of 16 * V floats, over the tile of positions
+   [t0, t_end) whose rows start at `rows`: the sums start from zero in the
+   first tile and from out in the next ones, and stay in registers while the
+   rows stream past, each row loaded once for the G. last[] never decreases,
+   so they run together up to the first one's last position. */
 static inline __attribute__((always_inline)) AVX512 void
 weighted_values_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
-                      const float *values, int kv_dim, int V) {
+                      const float *rows, size_t stride, int V, int t0, int t_end) {
     __m512 acc[4][8];
     for (int g = 0; g < G; g++)
-        for (int v = 0; v < V; v++) acc[g][v] = _mm512_setzero_ps();
-    for (int t = 0; t <= last[0]; t++) {
-        const float *row = values + (size_t)t * kv_dim;
-        for (int v = 0; v < V; v++) prefetch(row + 16 * v, 16 * (size_t)kv_dim * sizeof(float));
+        for (int v = 0; v < V; v++) acc[g][v] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out[g] + 16 * v);
+    int together_end = last[0] + 1 < t_end ? last[0] + 1 : t_end;
+    for (int t = t0; t < together_end; t++) {
+        const float *row = rows + (size_t)(t - t0) * stride;
+        for (int v = 0; v < V; v++) prefetch(row + 16 * v, 16 * stride * sizeof(float));
         for (int v = 0; v < V; v++) {
             __m512 value = _mm512_loadu_ps(row + 16 * v);
             for (int g = 0; g < G; g++)
                 acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
         }
     }
-    for (int g = 1; g < G; g++)
-        for (int t = last[0] + 1; t <= last[g]; t++)
+    for (int g = 1; g < G; g++) {
+        int end = last[g] + 1 < t_end ? last[g] + 1 : t_end;
+        for (int t = last[0] + 1 > t0 ? last[0] + 1 : t0; t < end; t++)
             for (int v = 0; v < V; v++)
                 acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]),
-                                                                 _mm512_loadu_ps(values + (size_t)t * kv_dim + 16 * v)));
+                                                                 _mm512_loadu_ps(rows + (size_t)(t - t0) * stride + 16 * v)));
+    }
     for (int g = 0; g < G; g++)
         for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
 }
@@ -1864,26 +1997,60 @@ weighted_values_group(float *const *out, const float *att, size_t att_stride, co
 /* weighted_values_group for n_q queries: 4 at a time when 4 * V sums fit in
    registers (V <= 4), else 2. */
 static inline __attribute__((always_inline)) AVX512 void
-weighted_values(float *const *out, const float *att, size_t att_stride, const int *last, int n_q, const float *values,
-                int kv_dim, int V) {
+weighted_values(float *const *out, const float *att, size_t att_stride, const int *last, int n_q, const float *rows,
+                size_t stride, int V, int t0, int t_end) {
     int k = 0;
     if (V <= 4)
-        for (; k + 4 <= n_q; k += 4) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, values, kv_dim, V);
-    for (; k + 2 <= n_q; k += 2) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, values, kv_dim, V);
-    for (; k < n_q; k++) weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, values, kv_dim, V);
+        for (; k + 4 <= n_q; k += 4)
+            weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, rows, stride, V, t0, t_end);
+    for (; k + 2 <= n_q; k += 2)
+        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, rows, stride, V, t0, t_end);
+    for (; k < n_q; k++)
+        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, rows, stride, V, t0, t_end);
+}
+
+/* scores_avx512 for Q = 1, 2, 4 or 8 queries: a constant count keeps the
+   sums in registers. */
+static inline __attribute__((always_inline)) AVX512 void
+scores_padded_avx512(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys,
+                     int head_size, size_t stride) {
+    switch (Q) {
+    case 1: scores_avx512(att, att_stride, q, 1, keys, n_keys, head_size, stride); break;
+    case 2: scores_avx512(att, att_stride, q, 2, keys, n_keys, head_size, stride); break;
+    case 4: scores_avx512(att, att_stride, q, 4, keys, n_keys, head_size, stride); break;
+    default: scores_avx512(att, att_stride, q, 8, keys, n_keys, head_size, stride); break;
+    }
+}
+
+/* weighted_values with V = head_size / 16 constant. */
+static inline __attribute__((always_inline)) AVX512 void
+weighted_values_avx512(float *const *out, const float *att, size_t att_stride, const int *last, int n_q,
+                       const float *rows, size_t stride, int head_size, int t0, int t_end) {
+    switch (head_size / 16) {
+    case 1: weighted_values(out, att, att_stride, last, n_q, rows, stride, 1, t0, t_end); break;
+    case 2: weighted_values(out, att, att_stride, last, n_q, rows, stride, 2, t0, t_end); break;
+    case 3: weighted_values(out, att, att_stride, last, n_q, rows, stride, 3, t0, t_end); break;
+    case 4: weighted_values(out, att, att_stride, last, n_q, rows, stride, 4, t0, t_end); break;
+    case 5: weighted_values(out, att, att_stride, last, n_q, rows, stride, 5, t0, t_end); break;
+    case 6: weighted_values(out, att, att_stride, last, n_q, rows, stride, 6, t0, t_end); break;
+    case 7: weighted_values(out, att, att_stride, last, n_q, rows, stride, 7, t0, t_end); break;
+    default: weighted_values(out, att, att_stride, last, n_q, rows, stride, 8, t0, t_end); break;
+    }
 }
 
 /* attention_head for the n_heads query heads of n_tokens consecutive tokens
    (positions pos, pos + 1, ...) that share one KV head, up to 8 queries at a
    time, for head sizes 16, 32, ... 128. The sums are attention_head's. att
-   holds 8 rows of att_stride. */
-static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys,
-                                 const float *values, float *att, size_t att_stride, int head_size, int kv_dim,
-                                 int n_heads) {
+   holds 8 rows of att_stride. The keys, then the values, come a tile at a
+   time (kv_tile()). */
+static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos,
+                                          const CacheHead *keys, const CacheHead *values, float *att,
+                                          size_t att_stride, int head_size, int n_heads) {
     if (head_size % 16 || head_size > 128) {
-        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads);
+        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, n_heads);
         return;
     }
+    float tile[KV_TILE_FLOATS];
     int n_q = n_tokens * n_heads;
     for (int first = 0; first < n_q; first += 8) {
         int count = n_q - first < 8 ? n_q - first : 8, last[8];
@@ -1891,15 +2058,15 @@ static AVX512 void attention_block_avx512(float *out, const float *q, int n_toke
         float *query_out[8];
         attention_queries(query, query_out, last, q, out, first, count, n_heads, dim, head_size, pos);
         /* scores up to the latest position any of them sees, for 1, 2, 4 or 8
-           queries (a constant count keeps the sums in registers; extra rows of
-           att get copies of the last query's scores) */
+           queries (extra rows of att get copies of the last query's scores) */
         int n_keys = last[count - 1] + 1, padded = count == 1 ? 1 : count == 2 ? 2 : count <= 4 ? 4 : 8;
+        int per_tile = kv_tile_positions(keys, n_keys, head_size);
         for (int k = count; k < padded; k++) query[k] = query[count - 1];
-        switch (padded) {
-        case 1: scores_avx512(att, att_stride, query, 1, keys, n_keys, head_size, kv_dim); break;
-        case 2: scores_avx512(att, att_stride, query, 2, keys, n_keys, head_size, kv_dim); break;
-        case 4: scores_avx512(att, att_stride, query, 4, keys, n_keys, head_size, kv_dim); break;
-        default: scores_avx512(att, att_stride, query, 8, keys, n_keys, head_size, kv_dim); break;
+        for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
+            int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
+            size_t stride;
+            const float *rows = kv_tile(keys, t0, n, head_size, tile, &stride);
+            scores_padded_avx512(att + t0, att_stride, query, padded, rows, n, head_size, stride);
         }
         int n_seen[8];
         for (int k = 0; k < count; k++) {
@@ -1908,15 +2075,11 @@ static AVX512 void attention_block_avx512(float *out, const float *q, int n_toke
             n_seen[k] = last[k] + 1;
         }
         softmax_rows_avx512(att, att_stride, n_seen, count);
-        switch (head_size / 16) {
-        case 1: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 1); break;
-        case 2: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 2); break;
-        case 3: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 3); break;
-        case 4: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 4); break;
-        case 5: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 5); break;
-        case 6: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 6); break;
-        case 7: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 7); break;
-        default: weighted_values(query_out, att, att_stride, last, count, values, kv_dim, 8); break;
+        for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
+            int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
+            size_t stride;
+            const float *rows = kv_tile(values, t0, n, head_size, tile, &stride);
+            weighted_values_avx512(query_out, att, att_stride, last, count, rows, stride, head_size, t0, t0 + n);
         }
     }
 }
@@ -3083,15 +3246,17 @@ scores_body(float *att, size_t att_stride, const float *const *q, int Q, const f
 }
 
 /* out[i] = sum over t < n_keys of a[t] * value_t[i] for the dimensions
-   i0 .. i0 + 8 * V - 1, t in order from 0.0f: lanes are dimensions, so no
-   transposing; V chains of adds side by side. */
+   i0 .. i0 + 8 * V - 1, t in order, from 0.0f, or (more) from what out holds:
+   lanes are dimensions, so no transposing; V chains of adds side by side. */
 static inline __attribute__((always_inline)) void
-weighted_values_dims(float *out, const float *a, int n_keys, const float *values, size_t kv_dim, int i0, int V) {
+weighted_values_dims(float *out, const float *a, int n_keys, const float *values, size_t stride, int i0, int V,
+                     int more) {
     f32x8 acc[4] = {{0}, {0}, {0}, {0}};
+    if (more) memcpy(acc, out + i0, V * sizeof(f32x8));
     for (int t = 0; t < n_keys; t++)
         for (int v = 0; v < V; v++) {
             f32x8 value;
-            memcpy(&value, values + t * kv_dim + i0 + 8 * v, sizeof value);
+            memcpy(&value, values + t * stride + i0 + 8 * v, sizeof value);
             acc[v] += value * a[t];
         }
     memcpy(out + i0, acc, V * sizeof(f32x8));
@@ -3099,13 +3264,14 @@ weighted_values_dims(float *out, const float *a, int n_keys, const float *values
 
 /* All head_size dimensions: 32 at a time, then 8, then one by one. */
 static inline __attribute__((always_inline)) void
-weighted_values_body(float *out, const float *a, int n_keys, const float *values, size_t kv_dim, int head_size) {
+weighted_values_body(float *out, const float *a, int n_keys, const float *values, size_t stride, int head_size,
+                     int more) {
     int i = 0;
-    for (; i + 32 <= head_size; i += 32) weighted_values_dims(out, a, n_keys, values, kv_dim, i, 4);
-    for (; i + 8 <= head_size; i += 8) weighted_values_dims(out, a, n_keys, values, kv_dim, i, 1);
+    for (; i + 32 <= head_size; i += 32) weighted_values_dims(out, a, n_keys, values, stride, i, 4, more);
+    for (; i + 8 <= head_size; i += 8) weighted_values_dims(out, a, n_keys, values, stride, i, 1, more);
     for (; i < head_size; i++) {
-        float sum = 0.0f;
-        for (int t = 0; t < n_keys; t++) sum += a[t] * values[t * kv_dim + i];
+        float sum = more ? out[i] : 0.0f;
+        for (int t = 0; t < n_keys; t++) sum += a[t] * values[t * stride + i];
         out[i] = sum;
     }
 }
@@ -3113,29 +3279,34 @@ weighted_values_body(float *out, const float *a, int n_keys, const float *values
 /* attention_head for each of the n_heads query heads of n_tokens consecutive
    tokens (positions pos, pos + 1, ...) that share one KV head: queries in
    groups of up to 4, whose scores share the transposed keys (a group of 3 is
-   padded with a copy of its last query into att's 4th row). */
+   padded with a copy of its last query into att's 4th row). The keys, then
+   the values, come a tile at a time (kv_tile()). */
 static inline __attribute__((always_inline)) void
-attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys, const float *values,
-                     float *att, size_t att_stride, int head_size, int kv_dim, int n_heads, ExpFn exp4,
+attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
+                     const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads, ExpFn exp4,
                      TransposeFn transpose) {
+    if (kv_tile_positions(keys, pos + n_tokens, head_size) == 0) {
+        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, n_heads);
+        return;
+    }
+    float tile[KV_TILE_FLOATS];
     int n_q = n_tokens * n_heads;
     for (int first = 0; first < n_q; first += 4) {
         int count = n_q - first < 4 ? n_q - first : 4, last[4];
         const float *query[4];
         float *query_out[4];
         attention_queries(query, query_out, last, q, out, first, count, n_heads, dim, head_size, pos);
-        int n_keys = last[count - 1] + 1;
-        switch (count) {
-        case 1:
-            scores_body(att, att_stride, query, 1, keys, n_keys, head_size, kv_dim, transpose);
-            break;
-        case 2:
-            scores_body(att, att_stride, query, 2, keys, n_keys, head_size, kv_dim, transpose);
-            break;
-        default:
-            query[3] = query[count - 1];
-            scores_body(att, att_stride, query, 4, keys, n_keys, head_size, kv_dim, transpose);
-            break;
+        int n_keys = last[count - 1] + 1, per_tile = kv_tile_positions(keys, n_keys, head_size);
+        if (count == 3) query[3] = query[2];
+        for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
+            int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
+            size_t stride;
+            const float *rows = kv_tile(keys, t0, n, head_size, tile, &stride);
+            switch (count) {
+            case 1: scores_body(att + t0, att_stride, query, 1, rows, n, head_size, stride, transpose); break;
+            case 2: scores_body(att + t0, att_stride, query, 2, rows, n, head_size, stride, transpose); break;
+            default: scores_body(att + t0, att_stride, query, 4, rows, n, head_size, stride, transpose); break;
+            }
         }
         for (int k = 0; k < count; k++) {
             float *a = att + k * att_stride;
@@ -3149,7 +3320,16 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
             }
             for (; i <= last[k]; i++) a[i] /= d;
             softmax_body(a, last[k] + 1, exp4);
-            weighted_values_body(query_out[k], a, last[k] + 1, values, kv_dim, head_size);
+        }
+        for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
+            int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
+            size_t stride;
+            const float *rows = kv_tile(values, t0, n, head_size, tile, &stride);
+            for (int k = 0; k < count; k++) {
+                int seen = last[k] + 1 < t0 + n ? last[k] + 1 - t0 : n; /* of this tile's positions */
+                if (seen > 0)
+                    weighted_values_body(query_out[k], att + k * att_stride + t0, seen, rows, stride, head_size, t0 > 0);
+            }
         }
     }
 }
@@ -3205,9 +3385,9 @@ static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out
 static AVX2 void softmax_avx2(float *x, int n) { softmax_body(x, n, expf4_avx2); }
 static AVX2 void swiglu_avx2(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_avx2); }
 static AVX2 void
-attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys, const float *values,
-                     float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
+attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
+                     const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, n_heads,
                          expf4_avx2, transpose8_avx2);
 }
 
@@ -3257,9 +3437,9 @@ static void matmul_q8_tokens_neon(float *out, size_t out_stride, float *out_t, c
 static void softmax_neon(float *x, int n) { softmax_body(x, n, expf4_neon); }
 static void swiglu_neon(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_neon); }
 static void
-attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const float *keys, const float *values,
-                     float *att, size_t att_stride, int head_size, int kv_dim, int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, kv_dim, n_heads,
+attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
+                     const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, n_heads,
                          expf4_neon, transpose8);
 }
 #endif
@@ -3362,6 +3542,8 @@ typedef struct {
     float *hb;  /* feed-forward gate [MAX_BATCH][hidden_dim] */
     float *hb2; /* feed-forward up [MAX_BATCH][hidden_dim] */
     float *q;   /* queries [MAX_BATCH][dim] */
+    float *k;   /* keys [MAX_BATCH][kv_dim], on their way into the cache */
+    float *v;   /* values [MAX_BATCH][kv_dim] */
     float *att; /* attention scores, per thread a row for each of 8 queries [n_threads][8][n_pos] */
     QuantizedVector xq; /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
     float *x_t;         /* a batched fp32 matmul's input, as the kernel set lays it out [widest][MAX_BATCH] */
@@ -3380,6 +3562,8 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
     b->hb = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     b->hb2 = xcalloc(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     b->q = xcalloc(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    b->k = xcalloc(MAX_BATCH * (size_t)s->keys.kv_dim, sizeof(float));
+    b->v = xcalloc(MAX_BATCH * (size_t)s->keys.kv_dim, sizeof(float));
     b->att = xcalloc((size_t)n_threads * 8 * s->n_pos, sizeof(float));
     b->xq.q = xcalloc(MAX_BATCH * widest, 1);
     b->xq.scale = xcalloc(MAX_BATCH * widest, sizeof(float));
@@ -3394,7 +3578,7 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
 }
 
 static void free_batch(Batch *b) {
-    free(b->x); free(b->xb); free(b->xb2); free(b->hb); free(b->hb2); free(b->q); free(b->att);
+    free(b->x); free(b->xb); free(b->xb2); free(b->hb); free(b->hb2); free(b->q); free(b->k); free(b->v); free(b->att);
     free(b->xq.q); free(b->xq.scale); free(b->x_t); free(b->q8_tokens); free(b->out_t);
 }
 
@@ -3546,17 +3730,16 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     const Config *c = job->c;
     Batch *b = job->b;
     RunState *s = b->s;
-    int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    int head_size = c->dim / c->n_heads;
     int heads_per_kv = c->n_heads / c->n_kv_heads, per_unit = attention_tokens_per_unit(c);
-    size_t layer_offset = (size_t)job->layer * s->n_pos * kv_dim;
     for (int unit = begin; unit < end; unit++) {
         int first = unit / c->n_kv_heads * per_unit, kv_head = unit % c->n_kv_heads;
         int n_tokens = job->T - first < per_unit ? job->T - first : per_unit;
         size_t first_head = (size_t)first * c->dim + (size_t)kv_head * heads_per_kv * head_size;
-        kernels->attention_block(b->xb + first_head, b->q + first_head, n_tokens, c->dim, job->pos + first,
-                                 s->key_cache + layer_offset + kv_head * head_size,
-                                 s->value_cache + layer_offset + kv_head * head_size,
-                                 b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, head_size, kv_dim, heads_per_kv);
+        CacheHead keys = cache_head(&s->keys, job->layer, kv_head);
+        CacheHead values = cache_head(&s->values, job->layer, kv_head);
+        kernels->attention_block(b->xb + first_head, b->q + first_head, n_tokens, c->dim, job->pos + first, &keys,
+                                 &values, b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, head_size, heads_per_kv);
     }
 }
 
@@ -3587,16 +3770,16 @@ static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, i
     for (int t = 0; t < T; t++) embed(b->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim, gs);
 
     for (int l = 0; l < c->n_layers; l++) {
-        float *k = s->key_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
-        float *v = s->value_cache + ((size_t)l * s->n_pos + pos) * kv_dim;
         rmsnorm_batch(b->xb, b->x, w->rms_att + (size_t)l * dim, T, dim, c->norm_eps);
-        Projection qkv[3] = {{&w->wq[l], b->q, dim}, {&w->wk[l], k, kv_dim}, {&w->wv[l], v, kv_dim}};
+        Projection qkv[3] = {{&w->wq[l], b->q, dim}, {&w->wk[l], b->k, kv_dim}, {&w->wv[l], b->v, kv_dim}};
         matmul(b, b->xb, dim, T, gs, qkv, 3);
         for (int t = 0; t < T; t++) {
             const float *cos_pos = s->rope_cos + (size_t)(pos + t) * head_size / 2;
             const float *sin_pos = s->rope_sin + (size_t)(pos + t) * head_size / 2;
             rope(b->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
-            rope(k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
+            rope(b->k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
+            cache_store(&s->keys, l, pos + t, b->k + (size_t)t * kv_dim);
+            cache_store(&s->values, l, pos + t, b->v + (size_t)t * kv_dim);
         }
         attention(b, c, l, T, pos);
         Projection wo = {&w->wo[l], b->xb2, dim};
@@ -3671,10 +3854,11 @@ static void stop_compute(void) {
 #endif
 }
 
-/* Readies the model for positions 0 .. n_pos - 1 and brings its weights into
-   memory; classify_all: run_tokens() may be asked for every token's logits. */
-static void start_model(Model *m, int n_pos, int classify_all) {
-    init_run_state(&m->state, &m->ck.config, n_pos);
+/* Readies the model for positions 0 .. n_pos - 1, with a KV cache of that
+   type, and brings its weights into memory; classify_all: run_tokens() may be
+   asked for every token's logits. */
+static void start_model(Model *m, int n_pos, CacheType cache, int classify_all) {
+    init_run_state(&m->state, &m->ck.config, n_pos, cache);
 #ifndef RUN_PLAIN
     prefault_checkpoint(&m->ck);
     init_batch(&m->batch, &m->ck.config, &m->state, pool.n_threads, classify_all);
@@ -4125,7 +4309,8 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
    the T tokens, P = exp(N), and B bits per byte of the text. The logits come
    SCORED_PIECE tokens at a time, so a window never needs [window][vocab]. The
    model is started here, for the positions a window of this text uses. */
-static void perplexity(Model *m, const Tokenizer *tok, const char *text, const char *text_file, int window) {
+static void perplexity(Model *m, const Tokenizer *tok, const char *text, const char *text_file, int window,
+                       CacheType cache) {
     int vocab = m->ck.config.vocab_size;
     size_t text_bytes = strlen(text);
     int n_tokens;
@@ -4134,7 +4319,7 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const c
         fail("%s%s: the text is empty (no tokens to score)", text_file ? "-f " : "-i", text_file ? text_file : "");
     int chunk = window - 1;
     int n_windows = n_tokens / chunk + (n_tokens % chunk != 0);
-    start_model(m, n_tokens < chunk ? n_tokens : chunk, 1);
+    start_model(m, n_tokens < chunk ? n_tokens : chunk, cache, 1);
     float *logits = xmalloc((size_t)SCORED_PIECE * vocab * sizeof(float));
     int input[SCORED_PIECE];
     int show_progress = isatty(STDERR_FILENO);
@@ -4190,6 +4375,7 @@ static void usage(FILE *out) {
             "  -d <string> draft model for speculative decoding (same vocabulary)\n"
             "  -l <int>    speculative decoding drafted from the text: n-grams of up to this many tokens, 1..16\n"
             "  -k <int>    tokens drafted per step, 1..32, default 4 with -d, 8 with -l\n"
+            "  -c <string> KV cache: fp32 (default, exact) or int8 (a quarter of the memory, a scale per head)\n"
             "  -h          this help\n");
 }
 
@@ -4255,6 +4441,7 @@ int main(int argc, char **argv) {
     long long seed = 0, steps = 256, threads = 0, lookup = 0, max_draft = 0, roll = 0;
     int steps_given = 0; /* perplexity's windows are the whole context unless -n says otherwise */
     const char *draft_path = NULL;
+    CacheType cache = CACHE_FP32;
     signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, not a kill */
 
     for (int i = 1; i < argc; i++) {
@@ -4268,7 +4455,7 @@ int main(int argc, char **argv) {
             checkpoint_path = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpsnifzmyjdlkr", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpsnifzmyjdlkrc", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
@@ -4286,6 +4473,10 @@ int main(int argc, char **argv) {
         case 'l': lookup = parse_int(arg, val, 1, 16); break;
         case 'k': max_draft = parse_int(arg, val, 1, MAX_DRAFT); break;
         case 'r': roll = parse_int(arg, val, 0, 1); break;
+        case 'c':
+            if (strcmp(val, "fp32") && strcmp(val, "int8")) bad_flag("-c: unknown KV cache type '%s' (fp32 or int8)", val);
+            cache = strcmp(val, "int8") == 0 ? CACHE_INT8 : CACHE_FP32;
+            break;
         }
     }
     if (!checkpoint_path) bad_flag("no checkpoint given");
@@ -4319,7 +4510,7 @@ int main(int argc, char **argv) {
         int window = !steps_given || steps == 0 || steps > c->seq_len ? c->seq_len : (int)steps;
         if (window < 2) fail("-n %d: a perplexity window needs 2 positions at least (BOS and a token)", window);
         start_compute((int)threads);
-        perplexity(&m, &tok, prompt, prompt_file, window);
+        perplexity(&m, &tok, prompt, prompt_file, window, cache);
         stop_compute();
     } else {
         /* -n beyond the context stops at it, as in llama2.c, unless -r 1 asks
@@ -4327,7 +4518,7 @@ int main(int argc, char **argv) {
         if (steps == 0 || (steps > c->seq_len && !(roll && strcmp(mode, "generate") == 0))) steps = c->seq_len;
         int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
         SoftmaxFn fast_softmax = start_compute((int)threads);
-        start_model(&m, context, draft_path || lookup);
+        start_model(&m, context, cache, draft_path || lookup);
         Model draft;
         Decoder d = {.lookup = (int)lookup, .max_draft = (int)(max_draft ? max_draft : draft_path ? 4 : 8)};
         if (draft_path) {
@@ -4335,7 +4526,7 @@ int main(int argc, char **argv) {
             if (draft.ck.config.vocab_size != c->vocab_size)
                 fail("%s: the draft's vocabulary is %d tokens, the model's (%s) %d", draft_path,
                      draft.ck.config.vocab_size, checkpoint_path, c->vocab_size);
-            start_model(&draft, context, 0);
+            start_model(&draft, context, cache, 0);
             d.draft = &draft;
             d.draft_probs = xmalloc((size_t)d.max_draft * c->vocab_size * sizeof(float));
         }

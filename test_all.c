@@ -236,7 +236,7 @@ static void test_batched_matmul(void) {
         start_threads(threads);
         RunState s;
         Batch b;
-        init_run_state(&s, &c, c.seq_len);
+        init_run_state(&s, &c, c.seq_len, CACHE_FP32);
         init_batch(&b, &c, &s, threads, 0);
         for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++) {
             for (size_t g = 0; g < sizeof group_sizes / sizeof group_sizes[0]; g++) {
@@ -279,7 +279,7 @@ static void test_batched_matmul(void) {
         start_threads(2);
         RunState s;
         Batch batch;
-        init_run_state(&s, &big, big.seq_len);
+        init_run_state(&s, &big, big.seq_len, CACHE_FP32);
         init_batch(&batch, &big, &s, 2, 0);
         int same = 1;
         for (int rep = 0; rep < 200 && same; rep++) {
@@ -302,7 +302,7 @@ static void test_rope(void) {
     Config c = {.dim = N, .hidden_dim = 4, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
                 .vocab_size = 4, .seq_len = 8, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     RunState s;
-    init_run_state(&s, &c, c.seq_len);
+    init_run_state(&s, &c, c.seq_len, CACHE_FP32);
     float v[N];
     double ref[N];
     for (int i = 0; i < N; i++) v[i] = lcg_uniform();
@@ -361,47 +361,141 @@ static void test_rope_scaling(void) {
           rope_frequency(&mid, 2, 2), f);
 }
 
+/* n_keys rows of kv_dim floats quantized as the int8 cache stores them: per
+   row, one scale per head of head_size values. */
+typedef struct {
+    int8_t *q;
+    float *scale;
+} Int8Rows;
+
+static Int8Rows int8_rows(const float *rows, int n_keys, int kv_dim, int head_size) {
+    Int8Rows r = {malloc((size_t)n_keys * kv_dim), malloc((size_t)n_keys * (kv_dim / head_size) * sizeof(float))};
+    for (int t = 0; t < n_keys; t++)
+        quantize(r.q + (size_t)t * kv_dim, r.scale + (size_t)t * (kv_dim / head_size), rows + (size_t)t * kv_dim, kv_dim,
+                 head_size);
+    return r;
+}
+
+/* A view of KV head 0 of rows kv_dim apart: fp32 rows, or their int8 copy. */
+static CacheHead fp32_head(const float *rows, int kv_dim) {
+    return (CacheHead){.f32 = rows, .row_stride = kv_dim};
+}
+static CacheHead int8_head(const Int8Rows *r, int kv_dim, int head_size) {
+    return (CacheHead){.q = r->q, .scale = r->scale, .row_stride = kv_dim, .scale_stride = kv_dim / head_size};
+}
+
+/* attention_head against softmax(qK/sqrt(d))V in double precision, with the
+   fp32 cache and with the int8 one (whose K and V are q * scale). */
 static void test_attention(void) {
     enum { HS = 6, KV_DIM = 12, POS = 4 };
     float q[HS], keys[(POS + 1) * KV_DIM], values[(POS + 1) * KV_DIM], att[POS + 1], out[HS];
-    double ref[HS] = {0}, scores[POS + 1], sum = 0;
     for (int i = 0; i < HS; i++) q[i] = lcg_uniform();
     for (int i = 0; i < (POS + 1) * KV_DIM; i++) keys[i] = lcg_uniform(), values[i] = lcg_uniform();
-    for (int t = 0; t <= POS; t++) {
-        double dot = 0;
-        for (int i = 0; i < HS; i++) dot += (double)q[i] * keys[t * KV_DIM + i];
-        scores[t] = exp(dot / sqrt(HS));
-        sum += scores[t];
+    Int8Rows qk = int8_rows(keys, POS + 1, KV_DIM, HS), qv = int8_rows(values, POS + 1, KV_DIM, HS);
+    for (int int8 = 0; int8 <= 1; int8++) {
+        double ref[HS] = {0}, scores[POS + 1], sum = 0, k[POS + 1][HS], v[POS + 1][HS];
+        for (int t = 0; t <= POS; t++)
+            for (int i = 0; i < HS; i++) {
+                k[t][i] = int8 ? (double)qk.q[t * KV_DIM + i] * qk.scale[t * KV_DIM / HS] : keys[t * KV_DIM + i];
+                v[t][i] = int8 ? (double)qv.q[t * KV_DIM + i] * qv.scale[t * KV_DIM / HS] : values[t * KV_DIM + i];
+            }
+        for (int t = 0; t <= POS; t++) {
+            double dot = 0;
+            for (int i = 0; i < HS; i++) dot += (double)q[i] * k[t][i];
+            scores[t] = exp(dot / sqrt(HS));
+            sum += scores[t];
+        }
+        for (int t = 0; t <= POS; t++)
+            for (int i = 0; i < HS; i++) ref[i] += scores[t] / sum * v[t][i];
+        CacheHead kh = int8 ? int8_head(&qk, KV_DIM, HS) : fp32_head(keys, KV_DIM);
+        CacheHead vh = int8 ? int8_head(&qv, KV_DIM, HS) : fp32_head(values, KV_DIM);
+        attention_head(out, q, &kh, &vh, att, POS, HS);
+        check(max_abs_diff(out, ref, HS) < 1e-6, "attention head (%s cache) differs from softmax(qK/sqrt(d))V",
+              int8 ? "int8" : "fp32");
     }
-    for (int t = 0; t <= POS; t++)
-        for (int i = 0; i < HS; i++) ref[i] += scores[t] / sum * values[t * KV_DIM + i];
-    attention_head(out, q, keys, values, att, POS, HS, KV_DIM);
-    check(max_abs_diff(out, ref, HS) < 1e-6, "attention head differs from softmax(qK/sqrt(d))V");
+    free(qk.q), free(qk.scale), free(qv.q), free(qv.scale);
+}
+
+/* The int8 cache against its definition: per KV head and position, scale =
+   max|x| / 127 and q = round(x / scale), so q * scale is within scale / 2 of
+   x and the largest value comes back exactly as +-127 * scale; a head of
+   zeros has scale 0. The fp32 cache gives back what went in. */
+static void test_cache_quantization(void) {
+    Config c = {.dim = 64, .hidden_dim = 4, .n_layers = 2, .n_heads = 8, .n_kv_heads = 4, .vocab_size = 4,
+                .seq_len = 3, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    enum { HS = 8, KV_DIM = 32 };
+    RunState s8, s32;
+    init_run_state(&s8, &c, c.seq_len, CACHE_INT8);
+    init_run_state(&s32, &c, c.seq_len, CACHE_FP32);
+    check(s8.keys.f32 == NULL && s8.values.f32 == NULL && s32.keys.q == NULL,
+          "the int8 cache has no fp32 arrays, the fp32 cache no int8 ones");
+    int ok_scale = 1, ok_round = 1, ok_error = 1, ok_max = 1, ok_zero = 1, ok_fp32 = 1;
+    for (int layer = 0; layer < c.n_layers; layer++)
+        for (int pos = 0; pos < c.seq_len; pos++) {
+            float *row = random_tensor(KV_DIM, pos + 1.5f, 0), back[KV_DIM];
+            for (int i = 2 * HS; i < 3 * HS; i++) row[i] = 0; /* head 2: zeros */
+            row[5] = -3 * (pos + 1.5f);                      /* head 0's largest is negative */
+            cache_store(&s8.values, layer, pos, row);
+            cache_store(&s32.values, layer, pos, row);
+            cache_load(back, &s8.values, layer, pos);
+            for (int h = 0; h < KV_DIM / HS; h++) {
+                double max_abs = 0;
+                for (int i = 0; i < HS; i++) max_abs = fmax(max_abs, fabs(row[h * HS + i]));
+                float scale = s8.values.scale[((size_t)layer * c.seq_len + pos) * (KV_DIM / HS) + h];
+                ok_scale &= fabs(scale - max_abs / 127) <= 1e-7 * max_abs / 127;
+                if (max_abs == 0) ok_zero &= scale == 0;
+                for (int i = h * HS; i < (h + 1) * HS; i++) {
+                    int q = s8.values.q[((size_t)layer * c.seq_len + pos) * KV_DIM + i];
+                    ok_round &= max_abs == 0 ? q == 0 : fabs(q - row[i] / (double)scale) <= 0.5 + 1e-5;
+                    ok_error &= fabs((double)back[i] - row[i]) <= scale / 2.0 * (1 + 1e-5);
+                    if (fabs(row[i]) == max_abs && max_abs > 0) ok_max &= abs(q) == 127;
+                }
+            }
+            cache_load(back, &s32.values, layer, pos);
+            ok_fp32 &= memcmp(back, row, sizeof back) == 0;
+            free(row);
+        }
+    check(ok_scale && ok_zero, "int8 cache: scale is not max|x| / 127 per head (or not 0 for a head of zeros)");
+    check(ok_round && ok_max, "int8 cache: q is not round(x / scale), or the largest value not +-127");
+    check(ok_error, "int8 cache: q * scale is more than scale / 2 off x");
+    check(ok_fp32, "fp32 cache: a stored row does not come back as it was");
+    free_run_state(&s8);
+    free_run_state(&s32);
 }
 
 /* Query heads of several tokens sharing a KV head, all at once, against
-   attention_head per token and head (causal: token t sees positions 0..pos+t). */
+   attention_head per token and head (causal: token t sees positions 0..pos+t),
+   bit for bit, with the fp32 cache and with the int8 one. The int8 shapes
+   include more positions than a tile of the fast kernels holds, tokens
+   whose last positions fall in different tiles, and a head too wide for one. */
 static void test_attention_block(void) {
     /* head size, KV heads' width, first position, tokens, query heads per KV head */
     static const int shapes[][5] = {{48, 96, 37, 1, 4}, {48, 288, 0, 13, 1}, {64, 128, 20, 3, 8}, {16, 32, 100, 2, 3},
                                     {6, 12, 4, 3, 2}, {144, 288, 9, 2, 2}, {8, 32, 0, 4, 2}, {128, 256, 40, 8, 1},
-                                    {24, 48, 5, 3, 4}};
+                                    {24, 48, 5, 3, 4}, {64, 256, 150, 3, 8}, {128, 256, 95, 4, 2}, {48, 96, 250, 5, 3},
+                                    {6, 12, 700, 2, 4}, {16, 16, 520, 9, 1}, {4100, 4100, 3, 2, 1}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int hs = shapes[k][0], kv_dim = shapes[k][1], pos = shapes[k][2], n_tokens = shapes[k][3], n_heads = shapes[k][4];
         int dim = n_heads * hs + 8, n_keys = pos + n_tokens; /* rows wider than the heads, as in a real batch */
         float *q = random_tensor((size_t)n_tokens * dim, 2, 0), *keys = random_tensor((size_t)n_keys * kv_dim, 2, 0);
         float *values = random_tensor((size_t)n_keys * kv_dim, 1, 0), *att = calloc(8 * (size_t)n_keys, sizeof(float));
         float *plain = calloc((size_t)n_tokens * dim, sizeof(float)), *block = calloc((size_t)n_tokens * dim, sizeof(float));
-        for (int t = 0; t < n_tokens; t++)
-            for (int h = 0; h < n_heads; h++) {
-                size_t offset = (size_t)t * dim + h * hs;
-                attention_head(plain + offset, q + offset, keys, values, att, pos + t, hs, kv_dim);
-            }
-        kernels->attention_block(block, q, n_tokens, dim, pos, keys, values, att, n_keys, hs, kv_dim, n_heads);
-        check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
-              "%s attention_block (head size %d, %d tokens from position %d, %d heads) differs from attention_head",
-              kernels->name, hs, n_tokens, pos, n_heads);
+        Int8Rows qk = int8_rows(keys, n_keys, kv_dim, hs), qv = int8_rows(values, n_keys, kv_dim, hs);
+        for (int int8 = 0; int8 <= 1; int8++) {
+            CacheHead kh = int8 ? int8_head(&qk, kv_dim, hs) : fp32_head(keys, kv_dim);
+            CacheHead vh = int8 ? int8_head(&qv, kv_dim, hs) : fp32_head(values, kv_dim);
+            for (int t = 0; t < n_tokens; t++)
+                for (int h = 0; h < n_heads; h++) {
+                    size_t offset = (size_t)t * dim + h * hs;
+                    attention_head(plain + offset, q + offset, &kh, &vh, att, pos + t, hs);
+                }
+            kernels->attention_block(block, q, n_tokens, dim, pos, &kh, &vh, att, n_keys, hs, n_heads);
+            check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
+                  "%s attention_block (%s cache, head size %d, %d tokens from position %d, %d heads) differs from "
+                  "attention_head", kernels->name, int8 ? "int8" : "fp32", hs, n_tokens, pos, n_heads);
+        }
         free(q), free(keys), free(values), free(att), free(plain), free(block);
+        free(qk.q), free(qk.scale), free(qv.q), free(qv.scale);
     }
 }
 
@@ -866,7 +960,7 @@ static double forward_error(const char *path, const TinyModel *m, double theta, 
     Checkpoint ck;
     open_checkpoint(&ck, path);
     RunState s;
-    init_run_state(&s, &ck.config, ck.config.seq_len);
+    init_run_state(&s, &ck.config, ck.config.seq_len, CACHE_FP32);
     const int tokens[6] = {1, 7, 33, 7, 20, 39};
     double worst = 0, ref[64];
     for (int n = 1; n <= 6; n++) {
@@ -880,9 +974,17 @@ static double forward_error(const char *path, const TinyModel *m, double theta, 
     return worst;
 }
 
+/* Whether two caches of one shape hold the same bytes. */
+static int same_cache(const CacheTensor *a, const CacheTensor *b, const Config *c) {
+    size_t rows = (size_t)c->n_layers * a->n_pos, values = rows * a->kv_dim, scales = rows * c->n_kv_heads;
+    if (a->f32) return b->f32 && memcmp(a->f32, b->f32, values * sizeof(float)) == 0;
+    return b->q && memcmp(a->q, b->q, values) == 0 && memcmp(a->scale, b->scale, scales * sizeof(float)) == 0;
+}
+
 /* forward_batch() (with threads, with each kernel set the CPU has) against
    forward() one token at a time: the same logits and KV cache, bit for bit,
-   for a batch of tokens and for a single step after it. */
+   for a batch of tokens and for a single step after it, with the fp32 cache
+   and with the int8 one. */
 static void test_batched_forward(const char *path, const char *what) {
     Checkpoint ck;
     open_checkpoint(&ck, path);
@@ -890,34 +992,35 @@ static void test_batched_forward(const char *path, const char *what) {
     int n = c->seq_len - 1 < 30 ? c->seq_len - 1 : 30;
     int tokens[31];
     for (int i = 0; i <= n; i++) tokens[i] = (i * 7 + 1) % c->vocab_size;
-    RunState one;
-    init_run_state(&one, c, c->seq_len);
     float *after_batch = malloc(c->vocab_size * sizeof(float)), *after_step = malloc(c->vocab_size * sizeof(float));
-    for (int i = 0; i < n; i++) memcpy(after_batch, forward(&ck, &one, tokens[i], i), c->vocab_size * sizeof(float));
-    memcpy(after_step, forward(&ck, &one, tokens[n], n), c->vocab_size * sizeof(float));
-    size_t cache = (size_t)c->n_layers * c->seq_len * (c->dim / c->n_heads * c->n_kv_heads);
-    for (int k = 0; k < N_KERNEL_SETS; k++) {
-        if (!kernel_sets[k]->cpu_has()) continue;
-        kernels = kernel_sets[k];
-        start_threads(2);
-        RunState many;
-        Batch b;
-        init_run_state(&many, c, c->seq_len);
-        init_batch(&b, c, &many, 2, 0);
-        int batch_same = memcmp(after_batch, forward_tokens(&ck, &b, tokens, n, 0), c->vocab_size * sizeof(float)) == 0;
-        int step_same = memcmp(after_step, forward_tokens(&ck, &b, tokens + n, 1, n), c->vocab_size * sizeof(float)) == 0;
-        check(batch_same && step_same && memcmp(one.key_cache, many.key_cache, cache * sizeof(float)) == 0 &&
-                  memcmp(one.value_cache, many.value_cache, cache * sizeof(float)) == 0,
-              "%s: %d tokens as a batch, then one more, on 2 threads with the %s kernels differ from forward() "
-              "(batch logits %s, step logits %s)", what, n, kernels->name, batch_same ? "same" : "differ",
-              step_same ? "same" : "differ");
-        free_batch(&b);
-        free_run_state(&many);
-        stop_threads();
+    for (CacheType cache = CACHE_FP32; cache <= CACHE_INT8; cache++) {
+        const char *cache_name = cache == CACHE_INT8 ? "int8" : "fp32";
+        RunState one;
+        init_run_state(&one, c, c->seq_len, cache);
+        for (int i = 0; i < n; i++) memcpy(after_batch, forward(&ck, &one, tokens[i], i), c->vocab_size * sizeof(float));
+        memcpy(after_step, forward(&ck, &one, tokens[n], n), c->vocab_size * sizeof(float));
+        for (int k = 0; k < N_KERNEL_SETS; k++) {
+            if (!kernel_sets[k]->cpu_has()) continue;
+            kernels = kernel_sets[k];
+            start_threads(2);
+            RunState many;
+            Batch b;
+            init_run_state(&many, c, c->seq_len, cache);
+            init_batch(&b, c, &many, 2, 0);
+            int batch_same = memcmp(after_batch, forward_tokens(&ck, &b, tokens, n, 0), c->vocab_size * sizeof(float)) == 0;
+            int step_same = memcmp(after_step, forward_tokens(&ck, &b, tokens + n, 1, n), c->vocab_size * sizeof(float)) == 0;
+            check(batch_same && step_same && same_cache(&one.keys, &many.keys, c) && same_cache(&one.values, &many.values, c),
+                  "%s: %d tokens as a batch, then one more, on 2 threads with the %s kernels and the %s cache differ "
+                  "from forward() (batch logits %s, step logits %s)", what, n, kernels->name, cache_name,
+                  batch_same ? "same" : "differ", step_same ? "same" : "differ");
+            free_batch(&b);
+            free_run_state(&many);
+            stop_threads();
+        }
+        kernels = &plain_kernels;
+        free_run_state(&one);
     }
-    kernels = &plain_kernels;
     free(after_batch), free(after_step);
-    free_run_state(&one);
     close_checkpoint(&ck);
 }
 
@@ -1371,7 +1474,7 @@ static void test_flags(const char *model, const char *tokenizer) {
     static const char *bad[][2] = {
         {"-t", "abc"}, {"-t", "-1"}, {"-t", "nan"}, {"-t", "1.5x"}, {"-p", "1.5"}, {"-p", "-0.1"},
         {"-p", "nan"}, {"-n", "-3"}, {"-n", "ten"}, {"-s", "-1"}, {"-s", "1e3"}, {"-m", "dance"}, {"-q", "1"},
-        {"-tt", "1"}, {"-n", "99999999999"},
+        {"-tt", "1"}, {"-n", "99999999999"}, {"-c", "int4"}, {"-c", "FP32"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         RunResult r;
@@ -1382,6 +1485,15 @@ static void test_flags(const char *model, const char *tokenizer) {
     RunResult r;
     run_args(&r, NULL, model, "-z", tokenizer, "-n", NULL);
     check(r.status == 1 && strstr(r.err, "-n needs a value"), "flag without a value: %s", r.err);
+    run_args(&r, NULL, model, "-z", tokenizer, "-c", "int4", NULL);
+    check(r.status == 1 && strstr(r.err, "-c") && strstr(r.err, "'int4'") && strstr(r.err, "fp32 or int8"),
+          "-c int4: want the flag, the value and the choices named: %s", r.err);
+    /* -c fp32 is the default: the same text */
+    static RunResult fp32_text, default_text;
+    run_args(&default_text, NULL, model, "-z", tokenizer, "-t", "0", "-n", "20", "-i", "1 2", NULL);
+    run_args(&fp32_text, NULL, model, "-z", tokenizer, "-t", "0", "-n", "20", "-i", "1 2", "-c", "fp32", NULL);
+    check(default_text.status == 0 && fp32_text.status == 0 && strcmp(default_text.out, fp32_text.out) == 0,
+          "-c fp32 gives the default's text");
     run_args(&r, NULL, NULL);
     check(r.status == 1 && strstr(r.err, "no checkpoint"), "no arguments: %s", r.err);
     /* RUN_KERNELS picks a set by name; a name this CPU lacks is one error line
@@ -1508,7 +1620,7 @@ static void test_perplexity_mode(const char *tokenizer) {
     for (int w = 0; w < 3; w++) {
         int window = windows[w], chunk = window - 1;
         RunState s;
-        init_run_state(&s, &ck.config, window);
+        init_run_state(&s, &ck.config, window, CACHE_FP32);
         long double total = 0;
         for (int start = 0; start < N_TEXT; start += chunk) {
             for (int p = 0; p < chunk && start + p < N_TEXT; p++) {
@@ -1559,6 +1671,45 @@ static void test_shared_versions(void) {
    PyTorch's, stored by demo/train.py in demo/logits_fixture.txt (a comment line
    with the command that made it, "ids: ...", then one line of logits per
    position). */
+/* The int8 cache's effect on a trained model's logits. Each cached value is
+   within scale / 2 = max|x| / 254 of its head's largest value, 0.4%: attention
+   mixes values with weights that sum to 1, so its output moves by at most
+   that share of the largest value, and the scores by q . dk, of the same
+   order relative to their size. Through the layers such errors add up but
+   stay a few times that: the logits must stay within `bound` (2%) of their
+   spread (largest minus smallest) at every position of a 200-token greedy
+   text, which the model reads with both caches (fed the fp32 run's tokens).
+   The difference must not be zero either: the int8 cache is really in use. */
+static void test_int8_cache_logits(const char *path, const char *what, double bound) {
+    Checkpoint ck;
+    open_checkpoint(&ck, path);
+    const Config *c = &ck.config;
+    int n = c->seq_len < 200 ? c->seq_len : 200, token = BOS_ID, agree = 0;
+    RunState s32, s8;
+    init_run_state(&s32, c, n, CACHE_FP32);
+    init_run_state(&s8, c, n, CACHE_INT8);
+    double worst = 0, largest = 0;
+    for (int pos = 0; pos < n; pos++) {
+        const float *l32 = forward(&ck, &s32, token, pos), *l8 = forward(&ck, &s8, token, pos);
+        float lo = l32[0], hi = l32[0], diff = 0;
+        for (int i = 0; i < c->vocab_size; i++) {
+            lo = fminf(lo, l32[i]), hi = fmaxf(hi, l32[i]);
+            diff = fmaxf(diff, fabsf(l8[i] - l32[i]));
+        }
+        worst = fmax(worst, diff / (hi - lo));
+        largest = fmax(largest, diff);
+        token = sample_argmax(l32, c->vocab_size);
+        agree += token == sample_argmax(l8, c->vocab_size);
+    }
+    check(worst < bound && largest > 0, "%s: int8 cache logits off the fp32 cache's by up to %.2g%% of their spread "
+          "(largest difference %g), want under %g%% and not 0", what, 100 * worst, largest, 100 * bound);
+    printf("int8 KV cache, %s, %d positions: logits within %.2g%% of their spread of the fp32 cache's; "
+           "the same greedy token at %d of %d\n", what, n, 100 * worst, agree, n);
+    free_run_state(&s32);
+    free_run_state(&s8);
+    close_checkpoint(&ck);
+}
+
 static void test_demo_model(void) {
     FILE *f = fopen("demo/logits_fixture.txt", "r");
     if (!f) {
@@ -1580,7 +1731,7 @@ static void test_demo_model(void) {
     Checkpoint ck;
     open_checkpoint(&ck, "demo/model.bin");
     RunState s;
-    init_run_state(&s, &ck.config, ck.config.seq_len);
+    init_run_state(&s, &ck.config, ck.config.seq_len, CACHE_FP32);
     double worst = 0;
     int rows = 0;
     for (int pos = 0; pos < n && fgets(line, sizeof line, f); pos++, rows++) {
@@ -1751,7 +1902,7 @@ static void test_long_context_memory(const char *tokenizer) {
     m.w3 = random_tensor(l * h * d, 0.05f, 0);
     Buffer v1 = write_checkpoint(&m, 1, 0, 500000.0f, 0);
     char *path = write_temp(v1.data, v1.n);
-    RunResult r;
+    RunResult r, r8;
     run_args(&r, NULL, path, "-z", tokenizer, "-n", "4096", "-m", "chat", NULL);
     long file_kb = (long)(v1.n >> 10), cache_kb = (long)(2 * l * 4096 * d * sizeof(float) >> 10);
     check(r.status == 0 && r.max_rss_kb < 32 * cache_kb / 4,
@@ -1759,6 +1910,17 @@ static void test_long_context_memory(const char *tokenizer) {
           "want under a quarter of the %ld KB that 131072 positions would take %s", r.status, r.max_rss_kb,
           file_kb, cache_kb, 32 * cache_kb, r.err);
     printf("seq_len 131072, -n 4096: peak RSS %ld KB (file %ld KB, KV cache %ld KB)\n", r.max_rss_kb, file_kb, cache_kb);
+    /* the int8 cache: a byte per value and a float per head (of 64 values)
+       and position; the fp32 cache is not allocated, so the peak drops by at
+       least 90% of the difference */
+    run_args(&r8, NULL, path, "-z", tokenizer, "-n", "4096", "-m", "chat", "-c", "int8", NULL);
+    long int8_cache_kb = (long)(2 * l * 4096 * (d + 4 * m.kv_heads) >> 10);
+    check(r8.status == 0 && r8.max_rss_kb + (cache_kb - int8_cache_kb) * 9 / 10 < r.max_rss_kb,
+          "-c int8: exit %d, peak RSS %ld KB, want under %ld KB (fp32 cache's run %ld KB less 90%% of the %ld KB the "
+          "caches differ by) %s", r8.status, r8.max_rss_kb, r.max_rss_kb - (cache_kb - int8_cache_kb) * 9 / 10,
+          r.max_rss_kb, cache_kb - int8_cache_kb, r8.err);
+    printf("seq_len 131072, -n 4096, -c int8: peak RSS %ld KB (file %ld KB, KV cache %ld KB)\n", r8.max_rss_kb,
+           file_kb, int8_cache_kb);
     unlink(path), free(path), free(v1.data);
     free_tiny(&m);
 }
@@ -1928,8 +2090,8 @@ static void test_speculative_sampling(void) {
     open_checkpoint(&m.ck, target_path);
     open_checkpoint(&dm.ck, draft_path);
     start_compute(1);
-    start_model(&m, 16, 1);
-    start_model(&dm, 16, 0);
+    start_model(&m, 16, CACHE_FP32, 1);
+    start_model(&dm, 16, CACHE_FP32, 0);
     int vocab = target.vocab;
     Decoder plain = {0}, speculative = {.draft = &dm, .max_draft = 3};
     speculative.logits = malloc(4 * vocab * sizeof(float));
@@ -2010,31 +2172,53 @@ static void test_speculative_flags(const char *model, const char *tokenizer) {
    the tables' angles (fl(p f), p < context, f <= 1: half an ulp each of the old
    position's, the shift's and the new position's), then that of cos/sin and of
    the products and sums of each of three rotations (two for the shifted key, one
-   for the fresh). Returns layer 1's largest difference (models of 2+ layers). */
+   for the fresh). The int8 cache adds its rounding, each value within half its
+   head's scale: the key before the shift (its head's largest value was at most
+   sqrt(2) times the fresh one's, a rotation of pairs), after it, and the fresh
+   key: per value s_shifted / 2 + sqrt(2) * sqrt(2) s_fresh / 2 + s_fresh / 2, and
+   sqrt(2) times that per pair. Returns layer 1's largest difference (models of
+   2+ layers). */
 static double check_shifted_cache(const char *what, Model *m, const int *tokens, int rows, int shifts) {
     const Config *c = &m->ck.config;
+    const CacheTensor *keys = &m->state.keys, *values = &m->state.values;
     int n_pos = m->state.n_pos, head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    int int8 = keys->q != NULL;
     RunState fresh;
-    init_run_state(&fresh, c, n_pos);
+    init_run_state(&fresh, c, n_pos, int8 ? CACHE_INT8 : CACHE_FP32);
     for (int i = 0; i < rows; i++) forward(&m->ck, &fresh, tokens[i], i);
     double ulp = nextafterf((float)n_pos, INFINITY) - (float)n_pos;
-    double bound = 1.5 * ulp + 3 * 4.0 * FLT_EPSILON, worst = 0;
-    for (size_t i = 0; i < (size_t)rows * kv_dim; i += 2) {
-        const float *k = m->state.key_cache + i, *want = fresh.key_cache + i;
-        double err = hypot(k[0] - want[0], k[1] - want[1]), norm = hypot(want[0], want[1]);
-        double relative = err / (norm > 0 ? norm : 1);
-        worst = relative > worst ? relative : worst; /* not fmax(): see max_abs_diff() */
-    }
-    int values_same = memcmp(m->state.value_cache, fresh.value_cache, (size_t)rows * kv_dim * sizeof(float)) == 0;
+    double bound = 1.5 * ulp + 3 * 4.0 * FLT_EPSILON, worst = 0, layer1 = 0;
+    float *k = malloc(kv_dim * sizeof(float)), *want = malloc(kv_dim * sizeof(float));
+    int values_same = 1;
+    for (int layer = 0; layer < (c->n_layers > 1 ? 2 : 1); layer++)
+        for (int pos = 0; pos < rows; pos++) {
+            cache_load(k, keys, layer, pos);
+            cache_load(want, &fresh.keys, layer, pos);
+            for (int i = 0; i < kv_dim; i += 2) {
+                double err = hypot(k[i] - want[i], k[i + 1] - want[i + 1]), norm = hypot(want[i], want[i + 1]);
+                if (layer == 1) {
+                    layer1 = err > layer1 ? err : layer1;
+                    continue;
+                }
+                if (int8) { /* the quantization's part of the error, taken out (bounded above) */
+                    size_t head = cache_scale_offset(keys, 0, pos) + i / head_size;
+                    double quantization = sqrt(2.0) * (keys->scale[head] / 2 + 1.5 * fresh.keys.scale[head]);
+                    err = err > quantization ? err - quantization : 0;
+                }
+                double relative = err / (norm > 0 ? norm : 1);
+                worst = relative > worst ? relative : worst; /* not fmax(): see max_abs_diff() */
+            }
+            if (layer == 0) {
+                cache_load(k, values, 0, pos);
+                cache_load(want, &fresh.values, 0, pos);
+                values_same &= memcmp(k, want, kv_dim * sizeof(float)) == 0;
+            }
+        }
     check(worst <= bound && values_same,
-          "%s: after %d shifts, layer 0's keys differ from a fresh run by %.3g of a pair's size (bound %.3g), "
-          "values %s", what, shifts, worst, bound, values_same ? "equal" : "differ");
-    double layer1 = 0;
-    size_t layer = (size_t)n_pos * kv_dim;
-    for (size_t i = 0; c->n_layers > 1 && i < (size_t)rows * kv_dim; i++) {
-        double diff = fabs(m->state.key_cache[layer + i] - fresh.key_cache[layer + i]);
-        layer1 = diff > layer1 ? diff : layer1;
-    }
+          "%s: after %d shifts, layer 0's keys differ from a fresh run by %.3g of a pair's size (bound %.3g%s), "
+          "values %s", what, shifts, worst, bound, int8 ? ", beyond the int8 rounding" : "",
+          values_same ? "equal" : "differ");
+    free(k), free(want);
     free_run_state(&fresh);
     return layer1;
 }
@@ -2080,6 +2264,7 @@ static void test_context_shift(void) {
     const int prompt[3] = {BOS_ID, 7, 33};
     long accepted = 0, rejected = 0;
     start_compute(1);
+    for (int cache = CACHE_FP32; cache <= CACHE_INT8; cache++)
     for (int scaled = 0; scaled <= 1; scaled++) {
         for (int layers = 1; layers <= 2; layers++) {
             TinyModel target = tiny_model_layers(1, CONTEXT, layers);
@@ -2100,15 +2285,15 @@ static void test_context_shift(void) {
             Model m, dm;
             open_checkpoint(&m.ck, target_path);
             open_checkpoint(&dm.ck, draft_path);
-            start_model(&m, CONTEXT, 1);
-            start_model(&dm, CONTEXT, 0);
+            start_model(&m, CONTEXT, (CacheType)cache, 1);
+            start_model(&dm, CONTEXT, (CacheType)cache, 0);
             int vocab = target.vocab;
             Decoder plain = {0}, drafted = {.draft = &dm, .max_draft = 3};
             drafted.logits = malloc(4 * vocab * sizeof(float));
             drafted.draft_probs = malloc(3 * vocab * sizeof(float));
             TokenList plain_text = {0}, drafted_text = {0};
             char what[128];
-            snprintf(what, sizeof what, "context shift, %d-layer model, %s", layers,
+            snprintf(what, sizeof what, "context shift, %s cache, %d-layer model, %s", cache ? "int8" : "fp32", layers,
                      scaled ? "Llama 3 RoPE scaling" : "Llama 2 RoPE");
             decode_with_shifts(what, &m, &plain, prompt, 3, TOTAL, &plain_text);
             double layer1 = check_shifted_cache(what, &m, plain.seq.ids, plain.seq.n - 1, plain.shifts);
@@ -2262,6 +2447,7 @@ int main(void) {
     test_rope();
     test_rope_scaling();
     test_attention();
+    test_cache_quantization();
     test_swiglu();
     test_kernel_sets();
     test_rng();
@@ -2290,6 +2476,22 @@ int main(void) {
     free_tiny(&m);
 
     test_demo_model();
+    test_int8_cache_logits("demo/model.bin", "demo model", 0.02);
+    if (have_shared()) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/models/aidreams260K.bin", shared_dir());
+        test_int8_cache_logits(path, "aidreams260K", 0.02);
+        /* stories260K's logits move more (4% of their spread, 5% with int8
+           weights, though its heads have no outlying values): 10% keeps a
+           margin and still fails a cache read wrongly (values read with 1.5
+           times their scales: 90% of the spread) */
+        snprintf(path, sizeof path, "%s/models/stories260K.bin", shared_dir());
+        test_int8_cache_logits(path, "stories260K", 0.1);
+        snprintf(path, sizeof path, "%s/models/stories260K_q80.bin", shared_dir());
+        test_int8_cache_logits(path, "stories260K int8", 0.1);
+    } else {
+        skip("int8 KV cache logits of the shared models: %s/models not found", shared_dir());
+    }
 
     /* export.py, checked against an independent numpy forward pass; needs numpy */
     const char *run = getenv("RUN") ? getenv("RUN") : "./run"; /* the binary the scripts run */
