@@ -1653,6 +1653,18 @@ static inline __attribute__((always_inline)) size_t prefetch_ahead(size_t row_by
     return rows * row_bytes <= PREFETCH_NEXT_BLOCK_MAX ? rows * row_bytes : PREFETCH_BYTES;
 }
 
+/* The rows [begin, end) that the few-token kernels leave over (fewer than a
+   vector of them), in the plain order: x_t[j * width + t] is token t's input j. */
+static void few_tokens_plain(float *out, size_t out_stride, const float *x_t, int width, const float *w, int n, int T,
+                             int begin, int end) {
+    for (int i = begin; i < end; i++)
+        for (int t = 0; t < T; t++) {
+            float val = 0.0f;
+            for (int j = 0; j < n; j++) val += w[(size_t)i * n + j] * x_t[(size_t)j * width + t];
+            out[t * out_stride + i] = val;
+        }
+}
+
 /* The fast attention kernels take the query heads of a block of tokens that
    share a KV head a few at a time: query k (from `first` on, heads within
    tokens) is head k % n_heads of token k / n_heads, and sees positions up to
@@ -2149,12 +2161,7 @@ few_tokens_rows(float *out, size_t out_stride, const float *x_t, int width, cons
         }
         for (int t = 0; t < T; t++) _mm512_storeu_ps(out + t * out_stride + i, acc[t]);
     }
-    for (; i < end; i++)
-        for (int t = 0; t < T; t++) {
-            float val = 0.0f;
-            for (int j = 0; j < n; j++) val += w[(size_t)i * n + j] * x_t[(size_t)j * width + t];
-            out[t * out_stride + i] = val;
-        }
+    few_tokens_plain(out, out_stride, x_t, width, w, n, T, i, end);
 }
 
 /* Rows [begin, end) of out[t][i] = W[i] . x[t] for T tokens, via out_t. */
@@ -2961,12 +2968,7 @@ few_tokens_rows8(float *out, size_t out_stride, const float *x_t, const float *w
         }
         for (int t = 0; t < T; t++) memcpy(out + t * out_stride + i, &acc[t], sizeof acc[t]);
     }
-    for (; i < end; i++)
-        for (int t = 0; t < T; t++) {
-            float val = 0.0f;
-            for (int j = 0; j < n; j++) val += w[(size_t)i * n + j] * x_t[j * 8 + t];
-            out[t * out_stride + i] = val;
-        }
+    few_tokens_plain(out, out_stride, x_t, 8, w, n, T, i, end);
 }
 
 static inline __attribute__((always_inline)) void

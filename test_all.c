@@ -757,6 +757,20 @@ static TinyModel tiny_model_layers(int shared, int seq_len, int layers) {
 
 static TinyModel tiny_model(int shared, int seq_len) { return tiny_model_layers(shared, seq_len, 2); }
 
+/* Weights for a shape given in m (shared classifier, as many KV heads as
+   heads): norms of ones, small random matrices, so that activations stay tame
+   over many layers and positions. */
+static void small_random_weights(TinyModel *m) {
+    size_t d = m->dim, l = m->layers, h = m->hidden;
+    m->emb = random_tensor(m->vocab * d, 1, 0), m->cls = m->emb;
+    m->rms_att = random_tensor(l * d, 0, 1), m->rms_ffn = random_tensor(l * d, 0, 1);
+    m->rms_final = random_tensor(d, 0, 1);
+    m->wq = random_tensor(l * d * d, 0.05f, 0), m->wk = random_tensor(l * d * d, 0.05f, 0);
+    m->wv = random_tensor(l * d * d, 0.05f, 0), m->wo = random_tensor(l * d * d, 0.05f, 0);
+    m->w1 = random_tensor(l * h * d, 0.05f, 0), m->w2 = random_tensor(l * d * h, 0.05f, 0);
+    m->w3 = random_tensor(l * h * d, 0.05f, 0);
+}
+
 static void free_tiny(TinyModel *m) {
     float *all[] = {m->emb, m->rms_att, m->wq, m->wk, m->wv, m->wo, m->rms_ffn, m->w1, m->w2, m->w3, m->rms_final};
     for (int i = 0; i < 11; i++) free(all[i]);
@@ -1893,18 +1907,12 @@ static void test_long_context_memory(const char *tokenizer) {
     TinyModel m = {.dim = 256, .hidden = 32, .layers = 8, .heads = 4, .kv_heads = 4, .vocab = 40, .seq_len = 131072,
                    .shared = 1, .rope_factor = 32, .low_freq_factor = 1, .high_freq_factor = 4,
                    .original_context = 8192};
-    size_t d = m.dim, l = m.layers, h = m.hidden;
-    m.emb = random_tensor(m.vocab * d, 1, 0), m.cls = m.emb;
-    m.rms_att = random_tensor(l * d, 0, 1), m.rms_ffn = random_tensor(l * d, 0, 1), m.rms_final = random_tensor(d, 0, 1);
-    m.wq = random_tensor(l * d * d, 0.05f, 0), m.wk = random_tensor(l * d * d, 0.05f, 0);
-    m.wv = random_tensor(l * d * d, 0.05f, 0), m.wo = random_tensor(l * d * d, 0.05f, 0);
-    m.w1 = random_tensor(l * h * d, 0.05f, 0), m.w2 = random_tensor(l * d * h, 0.05f, 0);
-    m.w3 = random_tensor(l * h * d, 0.05f, 0);
+    small_random_weights(&m);
     Buffer v1 = write_checkpoint(&m, 1, 0, 500000.0f, 0);
     char *path = write_temp(v1.data, v1.n);
     RunResult r, r8;
     run_args(&r, NULL, path, "-z", tokenizer, "-n", "4096", "-m", "chat", NULL);
-    long file_kb = (long)(v1.n >> 10), cache_kb = (long)(2 * l * 4096 * d * sizeof(float) >> 10);
+    long file_kb = (long)(v1.n >> 10), cache_kb = (long)((size_t)2 * m.layers * 4096 * m.dim * sizeof(float) >> 10);
     check(r.status == 0 && r.max_rss_kb < 32 * cache_kb / 4,
           "seq_len 131072 with -n 4096: exit %d, peak RSS %ld KB (file %ld KB, KV cache for 4096 positions %ld KB), "
           "want under a quarter of the %ld KB that 131072 positions would take %s", r.status, r.max_rss_kb,
@@ -1914,7 +1922,7 @@ static void test_long_context_memory(const char *tokenizer) {
        and position; the fp32 cache is not allocated, so the peak drops by at
        least 90% of the difference */
     run_args(&r8, NULL, path, "-z", tokenizer, "-n", "4096", "-m", "chat", "-c", "int8", NULL);
-    long int8_cache_kb = (long)(2 * l * 4096 * (d + 4 * m.kv_heads) >> 10);
+    long int8_cache_kb = (long)((size_t)2 * m.layers * 4096 * (m.dim + 4 * m.kv_heads) >> 10);
     check(r8.status == 0 && r8.max_rss_kb + (cache_kb - int8_cache_kb) * 9 / 10 < r.max_rss_kb,
           "-c int8: exit %d, peak RSS %ld KB, want under %ld KB (fp32 cache's run %ld KB less 90%% of the %ld KB the "
           "caches differ by) %s", r8.status, r8.max_rss_kb, r.max_rss_kb - (cache_kb - int8_cache_kb) * 9 / 10,
@@ -2360,13 +2368,7 @@ static void test_chat_kept_tokens(void) {
 static void test_long_chat(const char *tokenizer) {
     TinyModel m = {.dim = 32, .hidden = 32, .layers = 16, .heads = 4, .kv_heads = 4, .vocab = 40, .seq_len = 32,
                    .shared = 1};
-    size_t d = m.dim, l = m.layers, h = m.hidden;
-    m.emb = random_tensor(m.vocab * d, 1, 0), m.cls = m.emb;
-    m.rms_att = random_tensor(l * d, 0, 1), m.rms_ffn = random_tensor(l * d, 0, 1), m.rms_final = random_tensor(d, 0, 1);
-    m.wq = random_tensor(l * d * d, 0.05f, 0), m.wk = random_tensor(l * d * d, 0.05f, 0);
-    m.wv = random_tensor(l * d * d, 0.05f, 0), m.wo = random_tensor(l * d * d, 0.05f, 0);
-    m.w1 = random_tensor(l * h * d, 0.05f, 0), m.w2 = random_tensor(l * d * h, 0.05f, 0);
-    m.w3 = random_tensor(l * h * d, 0.05f, 0);
+    small_random_weights(&m);
     Buffer v1 = write_checkpoint(&m, 1, 0, 0, 0);
     char *path = write_temp(v1.data, v1.n);
     Tokenizer tok;
@@ -2392,7 +2394,7 @@ static void test_long_chat(const char *tokenizer) {
     for (const char *p = long_chat.out; (p = strstr(p, "Assistant:")); p++) answers++;
     for (const char *p = long_chat.err; (p = strstr(p, "run: the answer reached the context's length")); p++) cuts++;
     for (const char *p = long_chat.err; (p = strchr(p, '\n')); p++) lines++;
-    long cache_kb = (long)(2 * l * positions * d * sizeof(float) >> 10), grown = long_chat.max_rss_kb - one_turn.max_rss_kb;
+    long cache_kb = (long)((size_t)2 * m.layers * positions * m.dim * sizeof(float) >> 10), grown = long_chat.max_rss_kb - one_turn.max_rss_kb;
     check(long_chat.status == 0 && answers == n_turns && lines == cuts && grown < cache_kb / 4,
           "chat of %d turns (%d+ positions, context 32): exit %d, %d answers, peak RSS %ld KB against %ld KB for one "
           "turn (a cache for every position: %ld KB): %s", n_turns, positions, long_chat.status, answers,
