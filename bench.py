@@ -39,9 +39,11 @@ file's size.
 With --long, the 1.1B shape near the end of its context: int8 decode speed
 after 100 positions and at 1950-2000, with all cores; then, on 2 threads, decode
 speed at positions 1950-2000 and peak RSS with each KV cache (-c fp32, -c int8)
-for the fp32 and the int8 weights, the two caches' runs alternated, best of
-three; beside them the file, the cache (2000 positions) and the memory limit
-(file + cache + 16 MB).
+for the fp32 and the int8 weights: five rounds of one run with each cache,
+the first alternating, and the medians of their speeds and of each round's
+int8 / fp32 ratio (runs differ by 10-20% here, rounds share the drift); beside
+them the largest peak RSS, the file, the cache (2000 positions) and the memory
+limit (file + cache + 16 MB).
 
 usage: python3 bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only]
   --quick         only the two small shapes
@@ -53,6 +55,7 @@ usage: python3 bench.py [--quick] [--long] [--long-only] [--kernels SET] [--comp
 """
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -64,6 +67,9 @@ RUN = os.path.join(HERE, "run")
 TOKENIZER = os.path.join(HERE, "tokenizer.bin")
 
 # name: gen_model arguments (dim hidden layers heads kv_heads vocab seq_len seed), decode steps
+# rounds of the --long comparison of the two KV caches
+LONG_ROUNDS = 5
+
 SHAPES = [
     ("stories15M", "288 768 6 6 6 32000 256 1", 256),
     ("stories110M", "768 2048 12 12 12 32000 1024 1", 128),
@@ -333,19 +339,24 @@ def long_context(cores, kernels):
         "fp32": 2 * layers * positions * kv_dim * 4 / 2**20,
         "int8": 2 * layers * positions * (kv_dim + 4 * kv_heads) / 2**20,
     }
-    print(f"TinyLlama-1.1B, 2 threads, decode at positions 1950-2000 with each KV cache (-c), best of 3 alternated runs:")
-    print(f"{'weights':<7} {'cache':<5} {'decode tok/s':>12} {'peak RSS MB':>12} {'file MB':>8} {'cache MB':>9} {'limit MB':>9}")
+    print(f"TinyLlama-1.1B, 2 threads, decode at positions 1950-2000 with each KV cache (-c), {LONG_ROUNDS} rounds "
+          f"of one run with each cache (which goes first alternates), medians:")
+    print(f"{'weights':<7} {'cache':<5} {'decode tok/s':>12} {'int8/fp32':>9} {'peak RSS MB':>12} {'file MB':>8} "
+          f"{'cache MB':>9} {'limit MB':>9}")
     for kind, model in (("fp32", fp32), ("int8", int8)):
-        best = {"fp32": (0.0, 0.0), "int8": (0.0, 0.0)}
-        for _ in range(3):
-            for cache in ("fp32", "int8"):
-                _, decode, rss, _ = run(model, 2, near, positions, kernels, extra=("-c", cache))
-                best[cache] = (max(best[cache][0], decode), max(best[cache][1], rss))
+        decode, rss, ratios = {"fp32": [], "int8": []}, {"fp32": 0.0, "int8": 0.0}, []
+        for round in range(LONG_ROUNDS):
+            # the machine's speed drifts by more than the caches differ, so
+            # each round compares its own two runs
+            for cache in ("fp32", "int8") if round % 2 == 0 else ("int8", "fp32"):
+                _, speed, peak, _ = run(model, 2, near, positions, kernels, extra=("-c", cache))
+                decode[cache].append(speed)
+                rss[cache] = max(rss[cache], peak)
+            ratios.append(decode["int8"][-1] / decode["fp32"][-1])
         size = os.path.getsize(model) / 2**20
         for cache in ("fp32", "int8"):
-            decode, rss = best[cache]
-            print(f"{kind:<7} {cache:<5} {decode:>12.2f} {rss:>12.1f} {size:>8.1f} {cache_mb[cache]:>9.1f}"
-                  f" {size + cache_mb[cache] + 16:>9.1f}")
-
+            ratio = f"{statistics.median(ratios):.3f}" if cache == "int8" else ""
+            print(f"{kind:<7} {cache:<5} {statistics.median(decode[cache]):>12.2f} {ratio:>9} {rss[cache]:>12.1f} "
+                  f"{size:>8.1f} {cache_mb[cache]:>9.1f} {size + cache_mb[cache] + 16:>9.1f}")
 
 main()

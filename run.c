@@ -3241,41 +3241,60 @@ static inline __attribute__((always_inline)) void
 scores_body(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
             size_t kv_dim, TransposeFn transpose) {
     int t = 0;
-    if (Q <= 2)
+    if (Q <= 4)
         for (; t + 16 <= n_keys; t += 16) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 2, transpose);
     for (; t + 8 <= n_keys; t += 8) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 1, transpose);
     scores_tail(att, att_stride, q, Q, keys, t, n_keys, head_size, kv_dim);
 }
 
-/* out[i] = sum over t < n_keys of a[t] * value_t[i] for the dimensions
-   i0 .. i0 + 8 * V - 1, t in order, from 0.0f, or (more) from what out holds:
-   lanes are dimensions, so no transposing; V chains of adds side by side. */
+/* out[g][i] = sum over t < n_keys[g] of a[g][t] * value_t[i] for G (1 or 2)
+   queries, n_keys[0] <= n_keys[G - 1], and the dimensions i0 .. i0 + 8 * V - 1,
+   t in order, from 0.0f, or (more) from what out holds: lanes are dimensions,
+   so no transposing; G * V chains of adds side by side, each value row loaded
+   once for the G queries. */
 static inline __attribute__((always_inline)) void
-weighted_values_dims(float *out, const float *a, int n_keys, const float *values, size_t stride, int i0, int V,
-                     int more) {
-    f32x8 acc[4] = {{0}, {0}, {0}, {0}};
-    if (more) memcpy(acc, out + i0, V * sizeof(f32x8));
-    for (int t = 0; t < n_keys; t++)
+weighted_values_dims(float *const *out, const float *const *a, const int *n_keys, int G, const float *values,
+                     size_t stride, int i0, int V, int more) {
+    f32x8 acc[2][4];
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) { /* one vector at a time, so that the sums stay in registers */
+            acc[g][v] = (f32x8){0};
+            if (more) memcpy(&acc[g][v], out[g] + i0 + 8 * v, sizeof acc[g][v]);
+        }
+    int t = 0;
+    for (; t < n_keys[0]; t++)
         for (int v = 0; v < V; v++) {
             f32x8 value;
             memcpy(&value, values + t * stride + i0 + 8 * v, sizeof value);
-            acc[v] += value * a[t];
+            for (int g = 0; g < G; g++) acc[g][v] += value * a[g][t];
         }
-    memcpy(out + i0, acc, V * sizeof(f32x8));
+    for (; t < n_keys[G - 1]; t++)
+        for (int v = 0; v < V; v++) {
+            f32x8 value;
+            memcpy(&value, values + t * stride + i0 + 8 * v, sizeof value);
+            acc[G - 1][v] += value * a[G - 1][t];
+        }
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) memcpy(out[g] + i0 + 8 * v, &acc[g][v], sizeof acc[g][v]);
 }
 
-/* All head_size dimensions: 32 at a time, then 8, then one by one. */
+/* All head_size dimensions: 32 at a time (16 for two queries), then 8, then
+   one by one. */
 static inline __attribute__((always_inline)) void
-weighted_values_body(float *out, const float *a, int n_keys, const float *values, size_t stride, int head_size,
-                     int more) {
+weighted_values_body(float *const *out, const float *const *a, const int *n_keys, int G, const float *values,
+                     size_t stride, int head_size, int more) {
     int i = 0;
-    for (; i + 32 <= head_size; i += 32) weighted_values_dims(out, a, n_keys, values, stride, i, 4, more);
-    for (; i + 8 <= head_size; i += 8) weighted_values_dims(out, a, n_keys, values, stride, i, 1, more);
-    for (; i < head_size; i++) {
-        float sum = more ? out[i] : 0.0f;
-        for (int t = 0; t < n_keys; t++) sum += a[t] * values[t * stride + i];
-        out[i] = sum;
-    }
+    if (G == 1)
+        for (; i + 32 <= head_size; i += 32) weighted_values_dims(out, a, n_keys, 1, values, stride, i, 4, more);
+    else
+        for (; i + 16 <= head_size; i += 16) weighted_values_dims(out, a, n_keys, 2, values, stride, i, 2, more);
+    for (; i + 8 <= head_size; i += 8) weighted_values_dims(out, a, n_keys, G, values, stride, i, 1, more);
+    for (; i < head_size; i++)
+        for (int g = 0; g < G; g++) {
+            float sum = more ? out[g][i] : 0.0f;
+            for (int t = 0; t < n_keys[g]; t++) sum += a[g][t] * values[t * stride + i];
+            out[g][i] = sum;
+        }
 }
 
 /* attention_head for each of the n_heads query heads of n_tokens consecutive
@@ -3327,11 +3346,22 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
             int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
             size_t stride;
             const float *rows = kv_tile(values, t0, n, head_size, tile, &stride);
+            int seen[4]; /* of this tile's positions, by each query; never decreasing */
+            const float *a[4];
             for (int k = 0; k < count; k++) {
-                int seen = last[k] + 1 < t0 + n ? last[k] + 1 - t0 : n; /* of this tile's positions */
-                if (seen > 0)
-                    weighted_values_body(query_out[k], att + k * att_stride + t0, seen, rows, stride, head_size, t0 > 0);
+                seen[k] = last[k] + 1 < t0 + n ? last[k] + 1 - t0 : n;
+                a[k] = att + k * att_stride + t0;
             }
+            for (int k = 0; k < count;) /* two queries at a time when both see some of the tile */
+                if (seen[k] <= 0) {
+                    k++;
+                } else if (k + 1 < count) {
+                    weighted_values_body(query_out + k, a + k, seen + k, 2, rows, stride, head_size, t0 > 0);
+                    k += 2;
+                } else {
+                    weighted_values_body(query_out + k, a + k, seen + k, 1, rows, stride, head_size, t0 > 0);
+                    k++;
+                }
         }
     }
 }
