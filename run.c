@@ -2560,6 +2560,8 @@ typedef float f32x4 __attribute__((vector_size(16)));
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef int32_t i32x4 __attribute__((vector_size(16)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef int8_t i8x8 __attribute__((vector_size(8)));
+typedef int8_t i8x32 __attribute__((vector_size(32)));
 typedef double f64x4 __attribute__((vector_size(32)));
 typedef uint64_t u64x4 __attribute__((vector_size(32)));
 
@@ -3036,8 +3038,10 @@ quantize_body(int8_t *q, float *scale, const float *x, int n, int group_size) {
             f32x8 step = (f32x8)(((i32x8)one & positive) | ((i32x8)(-one) & ~positive));
             r += (f32x8)((i32x8)step & up);
             i32x8 in_range = small & (r >= -127.0f) & (r <= 127.0f);
-            i32x8 qi = __builtin_convertvector(r, i32x8) & in_range;
-            for (int k = 0; k < 8; k++) q[g * group_size + i + k] = (int8_t)qi[k];
+            i8x32 bytes = (i8x32)(__builtin_convertvector(r, i32x8) & in_range);
+            /* the low byte of each int32 (little-endian): exact, as |r| <= 127 */
+            i8x8 qi = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 16, 20, 24, 28);
+            memcpy(q + g * group_size + i, &qi, sizeof qi);
         }
     }
 }
