@@ -3377,8 +3377,9 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
 
 static void prepare_tokens8(float *x_t, const float *x, int n, int T) {
     int width = token_width(T);
-    for (int t = 0; t < width; t++)
-        for (int j = 0; j < n; j++) x_t[((size_t)(t / 8) * n + j) * 8 + t % 8] = t < T ? x[(size_t)t * n + j] : 0.0f;
+    for (int t0 = 0; t0 < width; t0 += 8) /* each vector of 8 tokens: their value j side by side */
+        for (int j = 0; j < n; j++)
+            for (int t = t0; t < t0 + 8; t++) x_t[((size_t)t0 * n + j * 8) + t - t0] = t < T ? x[(size_t)t * n + j] : 0.0f;
 }
 
 static int q8_pairs_supports(int group_size) { return group_size % 2 == 0; }
@@ -3387,9 +3388,15 @@ static void prepare_q8_pairs(void *scratch, const int8_t *xq, const float *xs, i
     int width = token_width(T), groups = n / group_size;
     int16_t *x2 = scratch;
     float *xs_t = (float *)((char *)scratch + (size_t)n * width * sizeof(int16_t));
-    for (int t = 0; t < width; t++)
-        for (int j = 0; j < n; j++)
-            x2[(((size_t)(t / 8) * n / 2 + j / 2) * 8 + t % 8) * 2 + j % 2] = t < T ? xq[(size_t)t * n + j] : 0;
+    for (int t0 = 0; t0 < width; t0 += 8) /* each vector of 8 tokens: the 8 tokens' pair j / 2 side by side */
+        for (int j = 0; j < n; j += 2) {
+            int16_t pairs[16];
+            for (int t = t0; t < t0 + 8; t++) {
+                pairs[2 * (t - t0)] = t < T ? xq[(size_t)t * n + j] : 0;
+                pairs[2 * (t - t0) + 1] = t < T ? xq[(size_t)t * n + j + 1] : 0;
+            }
+            memcpy(x2 + ((size_t)t0 * n + j * 8), pairs, sizeof pairs);
+        }
     for (int g = 0; g < groups; g++)
         for (int t = 0; t < width; t++) xs_t[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
 }
