@@ -3239,14 +3239,13 @@ scores_keys(float *att, size_t att_stride, const float *const *q, int Q, const f
     }
 }
 
-/* The scores for keys 0 .. n_keys - 1: 16 keys at a time when Q is small
-   (enough chains), else 8; the last few keys by the plain loop. */
+/* The scores for keys 0 .. n_keys - 1 of up to 4 queries: 16 keys at a time
+   (2 * Q chains of adds), then 8; the last few keys by the plain loop. */
 static inline __attribute__((always_inline)) void
 scores_body(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
             size_t kv_dim, TransposeFn transpose) {
     int t = 0;
-    if (Q <= 4)
-        for (; t + 16 <= n_keys; t += 16) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 2, transpose);
+    for (; t + 16 <= n_keys; t += 16) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 2, transpose);
     for (; t + 8 <= n_keys; t += 8) scores_keys(att, att_stride, q, Q, keys, t, head_size, kv_dim, 1, transpose);
     scores_tail(att, att_stride, q, Q, keys, t, n_keys, head_size, kv_dim);
 }
