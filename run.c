@@ -763,14 +763,14 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
 /* ------------------------------------------------------------------------- */
 /* Context shift: making room in a full cache without running the model again */
 
-/* One head's key turned back by the angles cos_back/sin_back of each pair:
-   (k0, k1) rotated by -angle, into out (a different row). */
-static void rotate_back(float *out, const float *key, int head_size, const float *cos_back, const float *sin_back) {
+/* One head's key turned back, in place, by the angles cos_back/sin_back of
+   each pair: (k0, k1) rotated by -angle. */
+static void rotate_back(float *key, int head_size, const float *cos_back, const float *sin_back) {
     for (int i = 0; i < head_size; i += 2) {
         float c = cos_back[i / 2], s = sin_back[i / 2];
         float k0 = key[i], k1 = key[i + 1];
-        out[i] = k0 * c + k1 * s;
-        out[i + 1] = k1 * c - k0 * s;
+        key[i] = k0 * c + k1 * s;
+        key[i + 1] = k1 * c - k0 * s;
     }
 }
 
@@ -788,8 +788,8 @@ static void shift_cache(RunState *s, const Config *c, int keep, int drop, int en
         for (int pos = keep + drop; pos < end; pos++) {
             /* through floats, so that the int8 cache requantizes the turned key */
             cache_load(s->k, &s->keys, l, pos);
-            for (int h = 0; h < kv_dim; h += head_size) rotate_back(s->v + h, s->k + h, head_size, cos_back, sin_back);
-            cache_store(&s->keys, l, pos - drop, s->v);
+            for (int h = 0; h < kv_dim; h += head_size) rotate_back(s->k + h, head_size, cos_back, sin_back);
+            cache_store(&s->keys, l, pos - drop, s->k);
         }
         cache_move(&s->values, l, keep, keep + drop, end - keep - drop);
     }
@@ -4557,7 +4557,7 @@ int main(int argc, char **argv) {
     } else {
         /* -n beyond the context stops at it, as in llama2.c, unless -r 1 asks
            generate to run on by shifting it */
-        if (steps == 0 || (steps > c->seq_len && !(roll && strcmp(mode, "generate") == 0))) steps = c->seq_len;
+        if (steps == 0 || (steps > c->seq_len && !roll)) steps = c->seq_len; /* -r 1 comes with generate only */
         int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
         SoftmaxFn fast_softmax = start_compute((int)threads);
         start_model(&m, context, cache, draft_path || lookup);
