@@ -373,13 +373,16 @@ typedef struct {
 /* The KV cache's element type, chosen with -c. */
 typedef enum { CACHE_FP32, CACHE_INT8 } CacheType;
 
-/* The keys (or the values) of every layer and position, [n_layers][n_pos][kv_dim]:
-   fp32, or int8 with one scale per KV head and position, quantized like a
-   weight group (quantize() with groups of head_size). */
+/* The keys (or the values) of every layer and position: fp32, or int8 with
+   one scale per KV head and position, quantized like a weight group
+   (quantize() with groups of head_size). The int8 cache keeps each KV head's
+   positions together, because attention reads one head at a time: one
+   stream of 64-byte rows rather than every fourth line (at position 2000 of
+   the 1.1B shape, its attention is 12% faster so). */
 typedef struct {
     float *f32;   /* fp32: [n_layers][n_pos][kv_dim]; NULL when int8 */
-    int8_t *q;    /* int8: [n_layers][n_pos][kv_dim] */
-    float *scale; /* int8: [n_layers][n_pos][n_kv_heads] */
+    int8_t *q;    /* int8: [n_layers][n_kv_heads][n_pos][head_size] */
+    float *scale; /* int8: [n_layers][n_kv_heads][n_pos] */
     int n_pos, kv_dim, head_size;
 } CacheTensor;
 
@@ -388,8 +391,8 @@ typedef struct {
     const float *f32;   /* fp32: position 0's first value, rows row_stride apart */
     const int8_t *q;    /* int8: the same, as int8 */
     const float *scale; /* int8: position t's scale is scale[t * scale_stride] */
-    size_t row_stride;  /* kv_dim */
-    size_t scale_stride; /* n_kv_heads */
+    size_t row_stride;  /* fp32: kv_dim; int8: head_size */
+    size_t scale_stride; /* int8: 1 */
 } CacheHead;
 
 typedef struct {
@@ -638,19 +641,27 @@ static void add(float *x, const float *y, int n) {
 /* ------------------------------------------------------------------------- */
 /* The KV cache: rows in, and attention reading them                          */
 
-/* Where the row of one layer and position starts: in values, and (int8) in scales. */
+/* fp32: where the kv_dim values of one layer and position start. */
 static size_t cache_offset(const CacheTensor *t, int layer, int pos) {
     return ((size_t)layer * t->n_pos + pos) * t->kv_dim;
 }
-static size_t cache_scale_offset(const CacheTensor *t, int layer, int pos) {
-    return ((size_t)layer * t->n_pos + pos) * (t->kv_dim / t->head_size);
+/* int8: the index of one layer, KV head and position's scale; its head_size
+   values start at this index times head_size. */
+static size_t cache_head_index(const CacheTensor *t, int layer, int kv_head, int pos) {
+    return ((size_t)layer * (t->kv_dim / t->head_size) + kv_head) * t->n_pos + pos;
 }
 
 /* Stores the kv_dim values of one layer's key (or value) at one position; the
    int8 cache quantizes each KV head's head_size values with their own scale. */
 static void cache_store(CacheTensor *t, int layer, int pos, const float *row) {
-    if (t->f32) memcpy(t->f32 + cache_offset(t, layer, pos), row, t->kv_dim * sizeof(float));
-    else quantize(t->q + cache_offset(t, layer, pos), t->scale + cache_scale_offset(t, layer, pos), row, t->kv_dim, t->head_size);
+    if (t->f32) {
+        memcpy(t->f32 + cache_offset(t, layer, pos), row, t->kv_dim * sizeof(float));
+        return;
+    }
+    for (int h = 0; h < t->kv_dim / t->head_size; h++) {
+        size_t head = cache_head_index(t, layer, h, pos);
+        quantize(t->q + head * t->head_size, t->scale + head, row + h * t->head_size, t->head_size, t->head_size);
+    }
 }
 
 /* The kv_dim values stored at one layer and position, as floats (int8: each
@@ -662,34 +673,34 @@ static void cache_load(float *row, const CacheTensor *t, int layer, int pos) {
         memcpy(row, t->f32 + cache_offset(t, layer, pos), t->kv_dim * sizeof(float));
         return;
     }
-    const int8_t *q = t->q + cache_offset(t, layer, pos);
-    const float *scale = t->scale + cache_scale_offset(t, layer, pos);
-    for (int i = 0; i < t->kv_dim; i++) row[i] = (float)q[i] * scale[i / t->head_size];
+    for (int h = 0; h < t->kv_dim / t->head_size; h++) {
+        size_t head = cache_head_index(t, layer, h, pos);
+        for (int i = 0; i < t->head_size; i++)
+            row[h * t->head_size + i] = (float)t->q[head * t->head_size + i] * t->scale[head];
+    }
 }
 
 /* Moves the rows of positions [from, from + count) of one layer to [to, to + count), as stored. */
 static void cache_move(CacheTensor *t, int layer, int to, int from, int count) {
-    size_t n = (size_t)count * t->kv_dim, heads = (size_t)count * (t->kv_dim / t->head_size);
     if (t->f32) {
-        memmove(t->f32 + cache_offset(t, layer, to), t->f32 + cache_offset(t, layer, from), n * sizeof(float));
+        memmove(t->f32 + cache_offset(t, layer, to), t->f32 + cache_offset(t, layer, from),
+                (size_t)count * t->kv_dim * sizeof(float));
         return;
     }
-    memmove(t->q + cache_offset(t, layer, to), t->q + cache_offset(t, layer, from), n);
-    memmove(t->scale + cache_scale_offset(t, layer, to), t->scale + cache_scale_offset(t, layer, from),
-            heads * sizeof(float));
+    for (int h = 0; h < t->kv_dim / t->head_size; h++) {
+        size_t dst = cache_head_index(t, layer, h, to), src = cache_head_index(t, layer, h, from);
+        memmove(t->q + dst * t->head_size, t->q + src * t->head_size, (size_t)count * t->head_size);
+        memmove(t->scale + dst, t->scale + src, count * sizeof(float));
+    }
 }
 
 /* KV head kv_head of layer `layer`, from position 0 on. */
 static CacheHead cache_head(const CacheTensor *t, int layer, int kv_head) {
-    size_t values = cache_offset(t, layer, 0) + (size_t)kv_head * t->head_size;
-    size_t scales = cache_scale_offset(t, layer, 0) + kv_head;
-    return (CacheHead){
-        .f32 = t->f32 ? t->f32 + values : NULL,
-        .q = t->q ? t->q + values : NULL,
-        .scale = t->scale ? t->scale + scales : NULL,
-        .row_stride = t->kv_dim,
-        .scale_stride = t->kv_dim / t->head_size,
-    };
+    if (t->f32) return (CacheHead){.f32 = t->f32 + cache_offset(t, layer, 0) + (size_t)kv_head * t->head_size,
+                                   .row_stride = t->kv_dim};
+    size_t head = cache_head_index(t, layer, kv_head, 0);
+    return (CacheHead){.q = t->q + head * t->head_size, .scale = t->scale + head, .row_stride = t->head_size,
+                       .scale_stride = 1};
 }
 
 /* Value i of position t's row: as stored, or (int8) times its scale. */

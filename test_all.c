@@ -441,11 +441,12 @@ static void test_cache_quantization(void) {
             for (int h = 0; h < KV_DIM / HS; h++) {
                 double max_abs = 0;
                 for (int i = 0; i < HS; i++) max_abs = fmax(max_abs, fabs(row[h * HS + i]));
-                float scale = s8.values.scale[((size_t)layer * c.seq_len + pos) * (KV_DIM / HS) + h];
+                size_t head = ((size_t)layer * (KV_DIM / HS) + h) * c.seq_len + pos; /* [layer][head][pos] */
+                float scale = s8.values.scale[head];
                 ok_scale &= fabs(scale - max_abs / 127) <= 1e-7 * max_abs / 127;
                 if (max_abs == 0) ok_zero &= scale == 0;
                 for (int i = h * HS; i < (h + 1) * HS; i++) {
-                    int q = s8.values.q[((size_t)layer * c.seq_len + pos) * KV_DIM + i];
+                    int q = s8.values.q[head * HS + i % HS];
                     ok_round &= max_abs == 0 ? q == 0 : fabs(q - row[i] / (double)scale) <= 0.5 + 1e-5;
                     ok_error &= fabs((double)back[i] - row[i]) <= scale / 2.0 * (1 + 1e-5);
                     if (fabs(row[i]) == max_abs && max_abs > 0) ok_max &= abs(q) == 127;
@@ -2210,7 +2211,7 @@ static double check_shifted_cache(const char *what, Model *m, const int *tokens,
                     continue;
                 }
                 if (int8) { /* the quantization's part of the error, taken out (bounded above) */
-                    size_t head = cache_scale_offset(keys, 0, pos) + i / head_size;
+                    size_t head = cache_head_index(keys, 0, i / head_size, pos);
                     double quantization = sqrt(2.0) * (keys->scale[head] / 2 + 1.5 * fresh.keys.scale[head]);
                     err = err > quantization ? err - quantization : 0;
                 }
