@@ -652,15 +652,17 @@ static size_t cache_head_index(const CacheTensor *t, int layer, int kv_head, int
 }
 
 /* Stores the kv_dim values of one layer's key (or value) at one position; the
-   int8 cache quantizes each KV head's head_size values with their own scale. */
-static void cache_store(CacheTensor *t, int layer, int pos, const float *row) {
+   int8 cache quantizes each KV head's head_size values with their own scale,
+   by quantize() or (Part II) its fast twin. */
+typedef void (*QuantizeFn)(int8_t *q, float *scale, const float *x, int n, int group_size);
+static void cache_store(CacheTensor *t, int layer, int pos, const float *row, QuantizeFn quantize_head) {
     if (t->f32) {
         memcpy(t->f32 + cache_offset(t, layer, pos), row, t->kv_dim * sizeof(float));
         return;
     }
     for (int h = 0; h < t->kv_dim / t->head_size; h++) {
         size_t head = cache_head_index(t, layer, h, pos);
-        quantize(t->q + head * t->head_size, t->scale + head, row + h * t->head_size, t->head_size, t->head_size);
+        quantize_head(t->q + head * t->head_size, t->scale + head, row + h * t->head_size, t->head_size, t->head_size);
     }
 }
 
@@ -748,8 +750,8 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
         linear(s->v, s->xb, &w->wv[l], dim, kv_dim, &s->xq, gs);
         rope(s->q, dim, head_size, cos_pos, sin_pos);
         rope(s->k, kv_dim, head_size, cos_pos, sin_pos);
-        cache_store(&s->keys, l, pos, s->k);
-        cache_store(&s->values, l, pos, s->v);
+        cache_store(&s->keys, l, pos, s->k, quantize);
+        cache_store(&s->values, l, pos, s->v, quantize);
         for (int h = 0; h < c->n_heads; h++) {
             CacheHead keys = cache_head(&s->keys, l, h / heads_per_kv);
             CacheHead values = cache_head(&s->values, l, h / heads_per_kv);
@@ -800,7 +802,7 @@ static void shift_cache(RunState *s, const Config *c, int keep, int drop, int en
             /* through floats, so that the int8 cache requantizes the turned key */
             cache_load(s->k, &s->keys, l, pos);
             for (int h = 0; h < kv_dim; h += head_size) rotate_back(s->k + h, head_size, cos_back, sin_back);
-            cache_store(&s->keys, l, pos - drop, s->k);
+            cache_store(&s->keys, l, pos - drop, s->k, quantize);
         }
         cache_move(&s->values, l, keep, keep + drop, end - keep - drop);
     }
@@ -1603,7 +1605,7 @@ typedef struct {
     const char *name;
     int (*cpu_has)(void);
     void (*matvec)(float *out, const float *x, const float *w, int n, int begin, int end);
-    void (*quantize)(int8_t *q, float *scale, const float *x, int n, int group_size);
+    QuantizeFn quantize;
     void (*matvec_q8)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                       int begin, int end);
     void (*softmax)(float *x, int n);
@@ -3831,8 +3833,8 @@ static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, i
             const float *sin_pos = s->rope_sin + (size_t)(pos + t) * head_size / 2;
             rope(b->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
             rope(b->k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
-            cache_store(&s->keys, l, pos + t, b->k + (size_t)t * kv_dim);
-            cache_store(&s->values, l, pos + t, b->v + (size_t)t * kv_dim);
+            cache_store(&s->keys, l, pos + t, b->k + (size_t)t * kv_dim, kernels->quantize);
+            cache_store(&s->values, l, pos + t, b->v + (size_t)t * kv_dim, kernels->quantize);
         }
         attention(b, c, l, T, pos);
         Projection wo = {&w->wo[l], b->xb2, dim};

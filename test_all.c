@@ -435,8 +435,8 @@ static void test_cache_quantization(void) {
             float *row = random_tensor(KV_DIM, pos + 1.5f, 0), back[KV_DIM];
             for (int i = 2 * HS; i < 3 * HS; i++) row[i] = 0; /* head 2: zeros */
             row[5] = -3 * (pos + 1.5f);                      /* head 0's largest is negative */
-            cache_store(&s8.values, layer, pos, row);
-            cache_store(&s32.values, layer, pos, row);
+            cache_store(&s8.values, layer, pos, row, quantize);
+            cache_store(&s32.values, layer, pos, row, quantize);
             cache_load(back, &s8.values, layer, pos);
             for (int h = 0; h < KV_DIM / HS; h++) {
                 double max_abs = 0;
