@@ -37,12 +37,12 @@ best of three), and its memory: peak RSS minus that of ./run -h, beside the
 file's size.
 
 With --long, the 1.1B shape near the end of its context: int8 decode speed
-after 100 positions and at 1950-2000, with all cores; then, on 2 threads, decode
-speed at positions 1950-2000 and peak RSS with each KV cache (-c fp32, -c int8)
+after 100 positions and at 1950-2048, with all cores; then, on 2 threads, decode
+speed at positions 1950-2048 (about 100 steps) and peak RSS with each KV cache (-c fp32, -c int8)
 for the fp32 and the int8 weights: five rounds of one run with each cache,
 the first alternating, and the medians of their speeds and of each round's
 int8 / fp32 ratio (runs differ by 10-20% here, rounds share the drift); beside
-them the largest peak RSS, the file, the cache (2000 positions) and the memory
+them the largest peak RSS, the file, the cache (2048 positions) and the memory
 limit (file + cache + 16 MB).
 
 usage: python3 bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only]
@@ -330,16 +330,16 @@ def long_context(cores, kernels):
     at_100 = at_2000 = 0
     for _ in range(3):
         at_100 = max(at_100, run(int8, cores, " ".join(["hello world"] * 50), 150, kernels)[1])
-        at_2000 = max(at_2000, run(int8, cores, near, 2000, kernels)[1])
+        at_2000 = max(at_2000, run(int8, cores, near, 2048, kernels)[1])
     print(f"TinyLlama-1.1B int8, {cores} threads: decode {at_100:.1f} tok/s after a 100-token prompt, "
-          f"{at_2000:.1f} tok/s at positions 1950-2000 ({100 * (at_2000 / at_100 - 1):+.0f}%), best of 3 runs each")
+          f"{at_2000:.1f} tok/s at positions 1950-2048 ({100 * (at_2000 / at_100 - 1):+.0f}%), best of 3 runs each")
     dim, _, layers, heads, kv_heads = (int(a) for a in args.split()[:5])
-    kv_dim, positions = dim // heads * kv_heads, 2000
-    cache_mb = {  # keys and values; int8: a byte per value and a float per KV head and position
+    kv_dim, positions = dim // heads * kv_heads, 2048
+    cache_mb = {  # keys and values for the whole context; int8: a byte per value and a float per KV head and position
         "fp32": 2 * layers * positions * kv_dim * 4 / 2**20,
         "int8": 2 * layers * positions * (kv_dim + 4 * kv_heads) / 2**20,
     }
-    print(f"TinyLlama-1.1B, 2 threads, decode at positions 1950-2000 with each KV cache (-c), {LONG_ROUNDS} rounds "
+    print(f"TinyLlama-1.1B, 2 threads, decode at positions 1950-2048 with each KV cache (-c), {LONG_ROUNDS} rounds "
           f"of one run with each cache (which goes first alternates), medians:")
     print(f"{'weights':<7} {'cache':<5} {'decode tok/s':>12} {'int8/fp32':>9} {'peak RSS MB':>12} {'file MB':>8} "
           f"{'cache MB':>9} {'limit MB':>9}")
