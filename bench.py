@@ -38,8 +38,8 @@ file's size.
 
 With --long, the 1.1B shape near the end of its context: int8 decode speed
 after 100 positions and at 1950-2048, with all cores; then, on 2 threads, decode
-speed at positions 1950-2048 (about 100 steps) and peak RSS with each KV cache (-c fp32, -c int8)
-for the fp32 and the int8 weights: five rounds of one run with each cache,
+speed at positions 1950-2048 (about 100 steps) and peak RSS with each KV cache
+(-c fp32, -c int8) for the fp32 and the int8 weights: five rounds of one run with each cache,
 the first alternating, and the medians of their speeds and of each round's
 int8 / fp32 ratio (runs differ by 10-20% here, rounds share the drift); beside
 them the largest peak RSS, the file, the cache (2048 positions) and the memory

@@ -377,8 +377,8 @@ typedef enum { CACHE_FP32, CACHE_INT8 } CacheType;
    one scale per KV head and position, quantized like a weight group
    (quantize() with groups of head_size). The int8 cache keeps each KV head's
    positions together, because attention reads one head at a time: one
-   stream of 64-byte rows rather than every fourth line (at position 2000 of
-   the 1.1B shape, its attention is 12% faster so). */
+   stream of head_size-byte rows rather than rows kv_dim apart (at position
+   2000 of the 1.1B shape, its attention is 12% faster so). */
 typedef struct {
     float *f32;   /* fp32: [n_layers][n_pos][kv_dim]; NULL when int8 */
     int8_t *q;    /* int8: [n_layers][n_kv_heads][n_pos][head_size] */
