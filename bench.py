@@ -43,7 +43,8 @@ speed at positions 1950-2048 (about 100 steps) and peak RSS with each KV cache
 the first alternating, and the medians of their speeds and of each round's
 int8 / fp32 ratio (runs differ by 10-20% here, rounds share the drift); beside
 them the largest peak RSS, the file, the cache (2048 positions) and the memory
-limit (file + cache + 16 MB).
+limit (file + cache + 16 MB); last, the two caches in one process over one
+mapping of the weights, taking turns token by token (PAIRED_DECODE_C).
 
 usage: python3 bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only]
   --quick         only the two small shapes
@@ -69,6 +70,8 @@ TOKENIZER = os.path.join(HERE, "tokenizer.bin")
 # name: gen_model arguments (dim hidden layers heads kv_heads vocab seq_len seed), decode steps
 # rounds of the --long comparison of the two KV caches
 LONG_ROUNDS = 5
+# rounds of the one-process comparison (about 100 steps with each cache each)
+PAIRED_ROUNDS = 3
 
 SHAPES = [
     ("stories15M", "288 768 6 6 6 32000 256 1", 256),
@@ -319,6 +322,58 @@ def main():
     tokenizer_bench()
 
 
+# Decode with each KV cache in one process: two models over one mapping of the
+# weights, taking turns token by token (which goes first alternates), so that
+# the machine's drift, which between runs is larger than the caches' difference,
+# falls on both alike. It includes run.c, as test_all.c does.
+PAIRED_DECODE_C = r"""
+#define main run_main
+#include "run.c"
+#undef main
+
+int main(int argc, char **argv) {
+    if (argc != 5) fail("usage: paired_decode model.bin first_position n_pos rounds");
+    int first = atoi(argv[2]), n_pos = atoi(argv[3]), rounds = atoi(argv[4]);
+    start_compute(2);
+    Model m[2];
+    open_checkpoint(&m[0].ck, argv[1]);
+    m[1].ck = m[0].ck;
+    if (first < 2 || n_pos <= first || n_pos > m[0].ck.config.seq_len || rounds < 1) fail("paired_decode: bad positions");
+    start_model(&m[0], n_pos, CACHE_FP32, 0);
+    start_model(&m[1], n_pos, CACHE_INT8, 0);
+    int vocab = m[0].ck.config.vocab_size, *prompt = xmalloc(first * sizeof(int)), next[2];
+    for (int i = 0; i < first; i++) prompt[i] = i == 0 ? 1 : i % 2 ? 22172 : 3186; /* BOS hello world ... */
+    for (int k = 0; k < 2; k++) next[k] = sample_argmax(run_tokens(&m[k], prompt, first, 0, NULL), vocab);
+    double spent[2] = {0, 0};
+    long steps = 0;
+    for (int r = 0; r < rounds; r++) {
+        int token[2] = {next[0], next[1]};
+        for (int pos = first; pos < n_pos; pos++, steps++)
+            for (int j = 0; j < 2; j++) {
+                int k = (pos + r) % 2 ? 1 - j : j;
+                double start = seconds_now();
+                token[k] = sample_argmax(run_tokens(&m[k], &token[k], 1, pos, NULL), vocab);
+                spent[k] += seconds_now() - start;
+            }
+    }
+    printf("%.3f %.3f\n", steps / spent[0], steps / spent[1]);
+    return 0;
+}
+"""
+
+
+def paired_decode(model, first, n_pos, rounds, kernels):
+    """Decode tok/s with the fp32 and the int8 KV cache, from PAIRED_DECODE_C."""
+    source, binary = os.path.join(CACHE, "paired_decode.c"), os.path.join(CACHE, "paired_decode")
+    with open(source, "w") as f:
+        f.write(PAIRED_DECODE_C)
+    subprocess.run(["cc", "-std=gnu11", "-O3", "-I", HERE, "-o", binary, source, "-lm", "-lpthread"], check=True)
+    env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
+    out = subprocess.run([binary, model, str(first), str(n_pos), str(rounds)], env=env, check=True,
+                         stdout=subprocess.PIPE).stdout.decode().split()
+    return float(out[0]), float(out[1])
+
+
 def long_context(cores, kernels):
     """The 1.1B shape near position 2000: int8 weights at 100 and 2000
     positions, then both KV caches with both weights."""
@@ -358,5 +413,11 @@ def long_context(cores, kernels):
             ratio = f"{statistics.median(ratios):.3f}" if cache == "int8" else ""
             print(f"{kind:<7} {cache:<5} {statistics.median(decode[cache]):>12.2f} {ratio:>9} {rss[cache]:>12.1f} "
                   f"{size:>8.1f} {cache_mb[cache]:>9.1f} {size + cache_mb[cache] + 16:>9.1f}")
+    print(f"TinyLlama-1.1B, 2 threads, decode at positions 1950-2048 in one process holding both caches, "
+          f"the two taking turns token by token, {PAIRED_ROUNDS} rounds:")
+    for kind, model in (("fp32", fp32), ("int8", int8)):
+        fp32_speed, int8_speed = paired_decode(model, 1950, positions, PAIRED_ROUNDS, kernels)
+        print(f"{kind} weights: fp32 cache {fp32_speed:.2f} tok/s, int8 cache {int8_speed:.2f} tok/s, "
+              f"int8/fp32 {int8_speed / fp32_speed:.3f}")
 
 main()
