@@ -39,8 +39,8 @@ file's size.
 With --long, the 1.1B shape near the end of its context: int8 decode speed
 after 100 positions and at 1950-2048, with all cores; then, on 2 threads, decode
 speed at positions 1950-2048 (about 100 steps) and peak RSS with each KV cache
-(-c fp32, -c int8) for the fp32 and the int8 weights: five rounds of one run with each cache,
-the first alternating, and the medians of their speeds and of each round's
+(-c fp32, -c int8) for the fp32 and the int8 weights: five rounds of one run
+with each cache, the first alternating, and the medians of their speeds and of each round's
 int8 / fp32 ratio (runs differ by 10-20% here, rounds share the drift); beside
 them the largest peak RSS, the file, the cache (2048 positions) and the memory
 limit (file + cache + 16 MB); last, the two caches in one process over one
@@ -362,12 +362,17 @@ int main(int argc, char **argv) {
 """
 
 
-def paired_decode(model, first, n_pos, rounds, kernels):
-    """Decode tok/s with the fp32 and the int8 KV cache, from PAIRED_DECODE_C."""
+def build_paired_decode():
+    """Compiles PAIRED_DECODE_C (against this run.c) into the bench directory."""
     source, binary = os.path.join(CACHE, "paired_decode.c"), os.path.join(CACHE, "paired_decode")
     with open(source, "w") as f:
         f.write(PAIRED_DECODE_C)
     subprocess.run(["cc", "-std=gnu11", "-O3", "-I", HERE, "-o", binary, source, "-lm", "-lpthread"], check=True)
+    return binary
+
+
+def paired_decode(binary, model, first, n_pos, rounds, kernels):
+    """Decode tok/s with the fp32 and the int8 KV cache, from build_paired_decode()'s binary."""
     env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
     out = subprocess.run([binary, model, str(first), str(n_pos), str(rounds)], env=env, check=True,
                          stdout=subprocess.PIPE).stdout.decode().split()
@@ -415,8 +420,9 @@ def long_context(cores, kernels):
                   f"{size:>8.1f} {cache_mb[cache]:>9.1f} {size + cache_mb[cache] + 16:>9.1f}")
     print(f"TinyLlama-1.1B, 2 threads, decode at positions 1950-2048 in one process holding both caches, "
           f"the two taking turns token by token, {PAIRED_ROUNDS} rounds:")
+    binary = build_paired_decode()
     for kind, model in (("fp32", fp32), ("int8", int8)):
-        fp32_speed, int8_speed = paired_decode(model, 1950, positions, PAIRED_ROUNDS, kernels)
+        fp32_speed, int8_speed = paired_decode(binary, model, 1950, positions, PAIRED_ROUNDS, kernels)
         print(f"{kind} weights: fp32 cache {fp32_speed:.2f} tok/s, int8 cache {int8_speed:.2f} tok/s, "
               f"int8/fp32 {int8_speed / fp32_speed:.3f}")
 
