@@ -221,26 +221,32 @@ static void test_fast_matvec_q8(void) {
 /* Batched matmul over T tokens, fp32 and int8, on 1 and 2 threads, against
    per-token plain matvecs. */
 static void test_batched_matmul(void) {
-    Config c = {.dim = 96, .hidden_dim = 192, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 4,
+    /* version 2 (int8, the smallest group size tested) and 1 (fp32): the batch's buffers are for one or the other */
+    Config c = {.dim = 96, .hidden_dim = 200, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 4,
                 .seq_len = 8, .version = 2, .group_size = 4, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
-    int n = 192, d = 37;
-    float *w = random_tensor((size_t)d * n, 1, 0), *x = random_tensor((size_t)MAX_BATCH * n, 1, 0);
-    int8_t *wq = malloc((size_t)d * n), *xq = malloc(n);
-    float *ws = random_tensor((size_t)d * n / 4, 0.01f, 0.02f), *xs = malloc(n / 4 * sizeof(float));
-    for (int i = 0; i < d * n; i++) wq[i] = (int8_t)(lcg_uniform() * 128);
+    Config c_fp32 = c;
+    c_fp32.version = 1;
+    int n_max = 200, d = 37;
+    float *w = random_tensor((size_t)d * n_max, 1, 0), *x = random_tensor((size_t)MAX_BATCH * n_max, 1, 0);
+    int8_t *wq = malloc((size_t)d * n_max), *xq = malloc(n_max);
+    float *ws = random_tensor((size_t)d * n_max / 4, 0.01f, 0.02f), *xs = malloc(n_max / 4 * sizeof(float));
+    for (int i = 0; i < d * n_max; i++) wq[i] = (int8_t)(lcg_uniform() * 128);
     float *plain = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast = calloc((size_t)MAX_BATCH * d, sizeof(float));
     float *fast16 = calloc((size_t)MAX_BATCH * 16, sizeof(float));
     static const int batch[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, MAX_BATCH}; /* 2-8: the few-token paths */
-    static const int group_sizes[] = {0, 4, 32, 64}; /* 0: fp32 */
+    /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step */
+    static const int shapes[][2] = {{192, 0}, {192, 4}, {192, 32}, {192, 64}, {200, 0}, {200, 4}, {200, 8}};
     for (int threads = 1; threads <= 2; threads++) {
         start_threads(threads);
         RunState s;
-        Batch b;
+        Batch b_int8, b_fp32;
         init_run_state(&s, &c, c.seq_len, CACHE_FP32);
-        init_batch(&b, &c, &s, threads, 0);
+        init_batch(&b_int8, &c, &s, threads, 0);
+        init_batch(&b_fp32, &c_fp32, &s, threads, 0);
         for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++) {
-            for (size_t g = 0; g < sizeof group_sizes / sizeof group_sizes[0]; g++) {
-                int T = batch[k], gs = group_sizes[g];
+            for (size_t g = 0; g < sizeof shapes / sizeof shapes[0]; g++) {
+                int T = batch[k], n = shapes[g][0], gs = shapes[g][1];
+                Batch *b = gs ? &b_int8 : &b_fp32;
                 Matrix m = gs ? (Matrix){NULL, wq, ws} : (Matrix){w, NULL, NULL};
                 for (int t = 0; t < T; t++) {
                     if (gs == 0) {
@@ -254,22 +260,23 @@ static void test_batched_matmul(void) {
                 memset(fast, 0, (size_t)MAX_BATCH * d * sizeof(float));
                 memset(fast16, 0, (size_t)MAX_BATCH * 16 * sizeof(float));
                 Projection proj[2] = {{&m, fast, d}, {&m, fast16, 16}};
-                matmul(&b, x, n, T, gs, proj, 2);
+                matmul(b, x, n, T, gs, proj, 2);
                 int same16 = 1;
                 for (int t = 0; t < T; t++) same16 &= memcmp(plain + t * d, fast16 + t * 16, 16 * sizeof(float)) == 0;
                 check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0 && same16,
-                      "%s batched matmul of %d tokens (group size %d, 0 = fp32) on %d threads differs from plain matvecs",
-                      kernels->name, T, gs, threads);
+                      "%s batched matmul of %d tokens (width %d, group size %d, 0 = fp32) on %d threads differs from plain matvecs",
+                      kernels->name, T, n, gs, threads);
             }
         }
-        free_batch(&b);
+        free_batch(&b_int8);
+        free_batch(&b_fp32);
         free_run_state(&s);
         stop_threads();
     }
     /* threads race only now and then: repeat a three-projection batch many times */
     {
         enum { N = 1024, D = 32 }; /* small projections: units of different ones run side by side */
-        Config big = c;
+        Config big = c_fp32;
         big.dim = N, big.hidden_dim = N;
         float *w2 = random_tensor((size_t)D * N, 1, 0), *x2 = random_tensor((size_t)MAX_BATCH * N, 1, 0);
         float *want = calloc((size_t)MAX_BATCH * D, sizeof(float)), *a = calloc((size_t)MAX_BATCH * D, sizeof(float));
