@@ -1754,6 +1754,12 @@ static const double exp2_fraction[32] = {
     0x1.d5818dcfba487p+0, 0x1.dfc97337b9b5fp+0, 0x1.ea4afa2a490dap+0, 0x1.f50765b6e4540p+0,
 };
 
+/* Two int8 values widened to int16 side by side in 32 bits, the first in the
+   low half: the operand pairs of the pmaddwd-style int8 kernels. */
+static inline int32_t int16_pair(const int8_t *v) {
+    return (int32_t)((uint16_t)v[0] | (uint32_t)(uint16_t)v[1] << 16);
+}
+
 #if defined(__x86_64__)
 /* ------------------------------------------------------------------------- */
 /* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
@@ -2419,8 +2425,7 @@ group_dots_madd(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int
             int k = 0;
             for (; k + 32 <= len; k += 32)
                 _mm512_storeu_si512(pairs[r] + k / 2, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(src + k))));
-            for (; k < len; k += 2)
-                pairs[r][k / 2] = (int32_t)((uint16_t)(int16_t)src[k] | (uint32_t)(uint16_t)(int16_t)src[k + 1] << 16);
+            for (; k < len; k += 2) pairs[r][k / 2] = int16_pair(src + k);
         }
         const int32_t *xp = x + (size_t)(jb / 2) * width + 16 * v0; /* the tokens' pair jb / 2 + p */
         for (int p = 0; p < len / 2; p++, xp += width) {
@@ -2522,10 +2527,7 @@ static AVX512 void prepare_q8_madd(void *scratch, const int8_t *xq, const float 
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 2);
     int32_t *x = (int32_t *)in.x;
     for (int j = 0; j < n; j += 2)
-        for (int t = begin; t < begin + rows; t++) {
-            const int8_t *v = xq + (size_t)t * n + j;
-            x[(size_t)j / 2 * width + t] = (int32_t)((uint16_t)(int16_t)v[0] | (uint32_t)(uint16_t)(int16_t)v[1] << 16);
-        }
+        for (int t = begin; t < begin + rows; t++) x[(size_t)j / 2 * width + t] = int16_pair(xq + (size_t)t * n + j);
     transpose((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
 }
 
@@ -3402,9 +3404,6 @@ static void prepare_tokens8(float *x_t, const float *x, int n, int T) {
 }
 
 static int q8_pairs_supports(int group_size) { return group_size % 2 == 0; }
-
-/* A pair of int8 values widened to int16, the first in the low half. */
-static int32_t int16_pair(const int8_t *v) { return (int32_t)((uint16_t)v[0] | (uint32_t)(uint16_t)v[1] << 16); }
 
 /* The 4-byte slots are moved as floats: 8 tokens' values j.. widened (16 of
    them, 8 pairs each), then transposed so that each pair has 8 tokens side
