@@ -2141,6 +2141,53 @@ static void test_speculative_sampling(void) {
     free_tiny(&target), free_tiny(&other);
 }
 
+/* Greedy drafting stops at the first token the draft gives less than
+   DRAFT_MIN_PROB: the demo's draft model, replayed with Part I's forward() and
+   softmax(), gave each token it proposed at least that probability, and its
+   likeliest token where it stopped less; over 200 positions it both stopped
+   early and drafted all 8 tokens. */
+static void test_draft_stops_when_unsure(void) {
+    enum { LIMIT = 8 };
+    Model dm;
+    open_checkpoint(&dm.ck, "demo/draft.bin");
+    start_compute(1);
+    start_model(&dm, 256, CACHE_FP32, 0);
+    int vocab = dm.ck.config.vocab_size;
+    RunState replay;
+    init_run_state(&replay, &dm.ck.config, 256, CACHE_FP32);
+    Sampler greedy = {vocab, 0.0f, 0.9f, 1, malloc(vocab * sizeof(ProbIndex)), softmax};
+    Decoder d = {.draft = &dm, .max_draft = LIMIT};
+    d.draft_probs = malloc((size_t)LIMIT * vocab * sizeof(float));
+    float *probs = malloc(vocab * sizeof(float));
+    int bos = BOS_ID, same = 1, stopped = 0, full = 0;
+    append_ids(&d.seq, &bos, 1);
+    float *logits = forward(&dm.ck, &replay, bos, 0); /* the replay's logits after d.seq */
+    while (d.seq.n < 200) {
+        int out[LIMIT], pos = d.seq.n;
+        int n = draft_from_model(&d, &greedy, out, LIMIT);
+        for (int k = 0; k <= n && k < LIMIT; k++) {
+            memcpy(probs, logits, vocab * sizeof(float));
+            softmax(probs, vocab);
+            int best = sample_argmax(logits, vocab);
+            same &= k < n ? best == out[k] && probs[best] >= DRAFT_MIN_PROB : probs[best] < DRAFT_MIN_PROB;
+            if (k < n) logits = forward(&dm.ck, &replay, out[k], pos + k);
+        }
+        stopped += n < LIMIT, full += n == LIMIT;
+        int next = sample_argmax(logits, vocab); /* the model would add a token of its own */
+        append_ids(&d.seq, out, n);
+        append_ids(&d.seq, &next, 1);
+        logits = forward(&dm.ck, &replay, next, pos + n);
+    }
+    check(same && stopped > 0 && full > 0,
+          "greedy drafting proposes tokens while the draft gives them at least %g and stops at the first below "
+          "(%d steps stopped early, %d drafted all %d)", DRAFT_MIN_PROB, stopped, full, LIMIT);
+    free(probs), free(greedy.probindex), free(d.draft_probs), free(d.seq.ids);
+    free_run_state(&replay);
+    stop_model(&dm);
+    stop_compute();
+    close_checkpoint(&dm.ck);
+}
+
 /* The command line: the same seed gives the same text with a draft; greedy
    chat is the same with a draft and with prompt lookup; a draft of another
    vocabulary is refused. */
@@ -2425,6 +2472,7 @@ static void test_fuzz_regressions(const char *model, const char *tokenizer) {
     test_strict_numbers(model, tokenizer);
     test_threads_deterministic();
     test_speculative_sampling();
+    test_draft_stops_when_unsure();
 }
 
 /* Every kernel set of this build against Part I: the ones the CPU has are

@@ -17,6 +17,11 @@ which does, in order:
   fixture    demo/logits_fixture.txt
   sample     greedy story from "Once upon a time" (printed)
 
+The draft model for speculative decoding is made apart from `all`:
+`train.py train --draft` (demo/draft_ckpt.pt, demo/draft_train_log.txt), then
+`train.py distill`, which trains it on to agree with demo/model.bin's own
+next-token distribution (demo/draft_distill_log.txt).
+
 Each step is also a sub-command (e.g. `train.py fixture`). The shipped
 demo/model.bin and demo/tokenizer.bin come from the project's export.py:
 
@@ -217,6 +222,37 @@ def write_v1(model, path):
             f.write(sd[k].numpy().astype("<f4").tobytes())
 
 
+def read_v1(path):
+    """A model from a version-1 file as write_v1 lays it out (demo/model.bin: the
+    shipped model, whose training checkpoint is not kept)."""
+    data = open(path, "rb").read()
+    magic, version = struct.unpack_from("<Ii", data, 0)
+    dim, hidden_dim, L, n_heads, n_kv_heads, vocab_size, seq_len = struct.unpack_from("<7i", data, 8)
+    if magic != 0x616B3432 or version != 1 or data[36] != 1:
+        sys.exit(f"{path}: not a version-1 file with a shared classifier")
+    a = dict(MODEL_ARGS, dim=dim, hidden_dim=hidden_dim, n_layers=L, n_heads=n_heads, n_kv_heads=n_kv_heads,
+             vocab_size=vocab_size, max_seq_len=seq_len)
+    model = Llama(a)
+    sd = model.state_dict()
+    order = [f"layers.{i}.attention_norm.weight" for i in range(L)]
+    order += [f"layers.{i}.ffn_norm.weight" for i in range(L)]
+    order += ["norm.weight", "tok_embeddings.weight"]
+    for w in ["attention.wq", "attention.wk", "attention.wv", "attention.wo",
+              "feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]:
+        order += [f"layers.{i}.{w}.weight" for i in range(L)]
+    at = 256
+    for k in order:
+        n = sd[k].numel()
+        sd[k] = torch.from_numpy(np.frombuffer(data, "<f4", n, at).copy()).view(sd[k].shape)
+        at += 4 * n
+    if at != len(data):
+        sys.exit(f"{path}: {len(data)} bytes, expected {at}")
+    sd["output.weight"] = sd["tok_embeddings.weight"]
+    model.load_state_dict(sd)
+    model.eval()
+    return model
+
+
 # ---------------------------------------------------------------------------
 # Pipeline steps
 
@@ -343,6 +379,125 @@ def step_train(args):
     print(f"saved demo/{ckpt}, training time {time.time() - t0:.0f} s")
 
 
+@torch.no_grad()
+def teacher_top(model, seqs, k):
+    """For each story, the model's k likeliest next tokens after each of its
+    tokens (ids and probabilities, renormalized over the k), stories end to end
+    as flatten() lays them out: row i is about the token after token i."""
+    ids, probs = [], []
+    for b in range(0, len(seqs), 64):
+        group = seqs[b:b + 64]
+        n = max(len(s) for s in group)
+        x = torch.zeros(len(group), n, dtype=torch.long)  # padding after a story cannot reach it
+        for r, s in enumerate(group):
+            x[r, :len(s)] = torch.tensor(s)
+        top = torch.topk(F.softmax(model(x), dim=-1), k, dim=-1)
+        for r, s in enumerate(group):
+            ids.append(top.indices[r, :len(s)].short())
+            probs.append(top.values[r, :len(s)] / top.values[r, :len(s)].sum(-1, keepdim=True))
+    return torch.cat(ids).long(), torch.cat(probs)
+
+
+def step_distill(args):
+    """The draft, trained further to agree with the model rather than with the
+    stories: cross-entropy against the model's own next-token distribution (its
+    8 likeliest tokens) at every position of the training stories. Speculative
+    decoding keeps a drafted token when the model would have chosen it."""
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(args.seed)
+    teacher = read_v1(p("model.bin"))
+    draft = load_model(p("draft_ckpt.pt"))
+    a = draft.args
+    T = a["max_seq_len"]
+    seqs = encode_stories()
+    n_val = max(1, len(seqs) // 20)
+    # the model labels the first --teacher-stories training stories (PyTorch
+    # runs it at about 6 stories a second on one core) and the held-out ones
+    seqs = seqs[:min(args.teacher_stories, len(seqs) - n_val)] + seqs[-n_val:]
+    t0 = time.time()
+    top_ids, top_p = teacher_top(teacher, seqs[:-n_val], 8)
+    val_ids, val_p = teacher_top(teacher, seqs[-n_val:], 8)
+    print(f"teacher: {len(top_ids)} + {len(val_ids)} positions, {time.time() - t0:.0f} s")
+
+    def starts_of(ss):
+        starts, at = [], 0
+        for s in ss:
+            starts.append(at)
+            at += len(s)
+        return np.array(starts), at
+
+    tr_starts, tr_len = starts_of(seqs[:-n_val])
+    va_starts, va_len = starts_of(seqs[-n_val:])
+    tr_toks = torch.tensor([t for s in seqs[:-n_val] for t in s])
+    va_toks = torch.tensor([t for s in seqs[-n_val:] for t in s])
+    tr_starts = tr_starts[tr_starts + T + 1 <= tr_len]
+    va_starts = va_starts[va_starts + T + 1 <= va_len]
+
+    def batch(starts, toks, ids, probs, bs, r):
+        idx = r.choice(starts, size=bs)
+        x = torch.stack([toks[i:i + T] for i in idx])
+        return x, torch.stack([ids[i:i + T] for i in idx]), torch.stack([probs[i:i + T] for i in idx])
+
+    def loss_of(x, ids, probs):
+        logq = F.log_softmax(draft(x), dim=-1)
+        return -(probs * torch.gather(logq, -1, ids)).sum(-1).mean()
+
+    @torch.no_grad()
+    def val():
+        draft.eval()
+        r = np.random.default_rng(0)
+        tot = agree = 0.0
+        for _ in range(4):
+            x, ids, probs = batch(va_starts, va_toks, val_ids, val_p, 16, r)
+            tot += loss_of(x, ids, probs).item()
+            agree += (draft(x).argmax(-1) == ids[..., 0]).float().mean().item()
+        draft.train()
+        return tot / 4, agree / 4
+
+    decay = [q for n, q in draft.named_parameters() if q.dim() >= 2]
+    no_decay = [q for n, q in draft.named_parameters() if q.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95))
+
+    def lr_at(it):  # cosine from lr down to a tenth of it, no warm-up: the draft is trained already
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * it / max(1, args.steps))))
+
+    log = open(p("draft_distill_log.txt"), "w")
+    log.write(f"# made by: /usr/bin/python3 demo/train.py distill --seed {args.seed} (steps {args.steps},"
+              f" teacher stories {args.teacher_stories},"
+              f" batch {args.batch}, lr {args.lr}, threads {args.threads}), from demo/draft_ckpt.pt\n")
+    log.write("# loss: cross-entropy against the model's 8 likeliest next tokens; agree: the draft's\n"
+              "# likeliest token is the model's, on held-out stories\n")
+    log.write("# step  train_loss  val_loss  agree  lr  elapsed_s\n")
+    t0 = time.time()
+    draft.train()
+    running = None
+    for it in range(args.steps + 1):
+        if it % args.eval_every == 0 or it == args.steps:
+            vl, agree = val()
+            line = (f"{it:6d}  {running if running is not None else float('nan'):.4f}  {vl:.4f}  {agree:.4f}"
+                    f"  {lr_at(it):.2e}  {time.time() - t0:.0f}")
+            print(line, flush=True)
+            log.write(line + "\n")
+            log.flush()
+        if it == args.steps:
+            break
+        for g in opt.param_groups:
+            g["lr"] = lr_at(it)
+        loss = loss_of(*batch(tr_starts, tr_toks, top_ids, top_p, args.batch, rng))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
+    torch.save({"model": draft.state_dict(), "model_args": a}, p("draft_ckpt.pt"))
+    log.write(f"# training time {time.time() - t0:.0f} s\n")
+    log.close()
+    print(f"saved demo/draft_ckpt.pt, training time {time.time() - t0:.0f} s")
+
+
 def step_v1(args):
     write_v1(load_model(p("ckpt.pt")), p("model_v1.bin"))
     print(f"v1: demo/model_v1.bin ({os.path.getsize(p('model_v1.bin'))} bytes)")
@@ -393,11 +548,13 @@ def step_sample(args):
 
 STEPS = {"data": step_data, "tokenizer": step_tokenizer, "train": step_train,
          "v1": step_v1, "fixture": step_fixture, "sample": step_sample}
+# not part of "all": run after `train --draft`
+EXTRA_STEPS = {"distill": step_distill}
 
 
 def main():
     ap = argparse.ArgumentParser(description="Train the demo model (see module docstring).")
-    ap.add_argument("step", choices=list(STEPS) + ["all"])
+    ap.add_argument("step", choices=list(STEPS) + list(EXTRA_STEPS) + ["all"])
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--count", type=int, default=9000, help="stories to generate")
     ap.add_argument("--steps", type=int, default=2000)
@@ -407,10 +564,11 @@ def main():
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--draft", action="store_true", help="train: the small draft model, into demo/draft_ckpt.pt")
+    ap.add_argument("--teacher-stories", type=int, default=2000, help="distill: training stories the model labels")
     args = ap.parse_args()
     names = list(STEPS) if args.step == "all" else [args.step]
     for n in names:
-        STEPS[n](args)
+        {**STEPS, **EXTRA_STEPS}[n](args)
 
 
 if __name__ == "__main__":
