@@ -196,7 +196,19 @@ def load_model(path):
 
 
 # ---------------------------------------------------------------------------
-# Flat llama2.c version-1 writer (cross-check for export.py)
+# Flat llama2.c version-1 writer (cross-check for export.py) and reader
+
+def v1_order(L):
+    """The tensors of a version-1 file after its header, in file order (then
+    output.weight, unless the classifier is shared)."""
+    order = [f"layers.{i}.attention_norm.weight" for i in range(L)]
+    order += [f"layers.{i}.ffn_norm.weight" for i in range(L)]
+    order += ["norm.weight", "tok_embeddings.weight"]
+    for w in ["attention.wq", "attention.wk", "attention.wv", "attention.wo",
+              "feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]:
+        order += [f"layers.{i}.{w}.weight" for i in range(L)]
+    return order
+
 
 def write_v1(model, path):
     a = model.args
@@ -208,12 +220,7 @@ def write_v1(model, path):
                        a["n_kv_heads"], a["vocab_size"], a["max_seq_len"])
     hdr += struct.pack("<B", 1 if shared else 0)
     hdr += b"\0" * (256 - len(hdr))
-    order = [f"layers.{i}.attention_norm.weight" for i in range(L)]
-    order += [f"layers.{i}.ffn_norm.weight" for i in range(L)]
-    order += ["norm.weight", "tok_embeddings.weight"]
-    for w in ["attention.wq", "attention.wk", "attention.wv", "attention.wo",
-              "feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]:
-        order += [f"layers.{i}.{w}.weight" for i in range(L)]
+    order = v1_order(L)
     if not shared:
         order.append("output.weight")
     with open(path, "wb") as f:
@@ -234,14 +241,8 @@ def read_v1(path):
              vocab_size=vocab_size, max_seq_len=seq_len)
     model = Llama(a)
     sd = model.state_dict()
-    order = [f"layers.{i}.attention_norm.weight" for i in range(L)]
-    order += [f"layers.{i}.ffn_norm.weight" for i in range(L)]
-    order += ["norm.weight", "tok_embeddings.weight"]
-    for w in ["attention.wq", "attention.wk", "attention.wv", "attention.wo",
-              "feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]:
-        order += [f"layers.{i}.{w}.weight" for i in range(L)]
     at = 256
-    for k in order:
+    for k in v1_order(L):
         n = sd[k].numel()
         sd[k] = torch.from_numpy(np.frombuffer(data, "<f4", n, at).copy()).view(sd[k].shape)
         at += 4 * n
