@@ -291,6 +291,42 @@ def encode_stories():
     return [sp.encode(l, add_bos=True) for l in lines]
 
 
+def fit(model, args, lr_at, batch_loss, evaluate, log, ckpt):
+    """AdamW (betas 0.9, 0.95; weight decay 0.1 on matrices) for args.steps
+    steps of batch_loss(), gradients clipped at 1, the learning rate lr_at(step).
+    Every args.eval_every steps and at the end: a log line (step, running train
+    loss, evaluate()'s figures, learning rate, seconds) and the checkpoint ckpt.
+    Returns the seconds taken."""
+    decay = [q for n, q in model.named_parameters() if q.dim() >= 2]
+    no_decay = [q for n, q in model.named_parameters() if q.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95))
+    t0 = time.time()
+    model.train()
+    running = None
+    for it in range(args.steps + 1):
+        if it % args.eval_every == 0 or it == args.steps:
+            figures = "  ".join(f"{v:.4f}" for v in evaluate())
+            line = (f"{it:6d}  {running if running is not None else float('nan'):.4f}  {figures}"
+                    f"  {lr_at(it):.2e}  {time.time() - t0:.0f}")
+            print(line, flush=True)
+            log.write(line + "\n")
+            log.flush()
+            torch.save({"model": model.state_dict(), "model_args": model.args}, p(ckpt))
+        if it == args.steps:
+            break
+        for g in opt.param_groups:
+            g["lr"] = lr_at(it)
+        loss = batch_loss()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
+    return time.time() - t0
+
+
 def step_train(args):
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -324,11 +360,6 @@ def step_train(args):
     model = Llama(a)
     nparams = sum(q.numel() for q in model.parameters())
     print(f"model {a}, {nparams} parameters")
-    decay = [q for n, q in model.named_parameters() if q.dim() >= 2]
-    no_decay = [q for n, q in model.named_parameters() if q.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
 
     def lr_at(it):
         if it < args.warmup:
@@ -345,7 +376,11 @@ def step_train(args):
             x, y = batch(va_starts, va_toks, 16, r)
             tot += F.cross_entropy(model(x).view(-1, a["vocab_size"]), y.reshape(-1)).item()
         model.train()
-        return tot / 4
+        return (tot / 4,)
+
+    def batch_loss():
+        x, y = batch(tr_starts, tr_toks, args.batch, rng)
+        return F.cross_entropy(model(x).view(-1, a["vocab_size"]), y.reshape(-1))
 
     log = open(p(log_name), "w")
     log.write(f"# made by: /usr/bin/python3 demo/train.py {'train --draft' if args.draft else 'all'} --seed {args.seed}"
@@ -353,31 +388,10 @@ def step_train(args):
               f" lr {args.lr}, threads {args.threads})\n")
     log.write(f"# model_args {a}, {nparams} parameters\n")
     log.write("# step  train_loss  val_loss  lr  elapsed_s\n")
-    t0 = time.time()
-    model.train()
-    running = None
-    for it in range(args.steps + 1):
-        if it % args.eval_every == 0 or it == args.steps:
-            vl = val_loss()
-            line = f"{it:6d}  {running if running is not None else float('nan'):.4f}  {vl:.4f}  {lr_at(it):.2e}  {time.time() - t0:.0f}"
-            print(line, flush=True)
-            log.write(line + "\n")
-            log.flush()
-            torch.save({"model": model.state_dict(), "model_args": a}, p(ckpt))
-        if it == args.steps:
-            break
-        for g in opt.param_groups:
-            g["lr"] = lr_at(it)
-        x, y = batch(tr_starts, tr_toks, args.batch, rng)
-        loss = F.cross_entropy(model(x).view(-1, a["vocab_size"]), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
-    log.write(f"# training time {time.time() - t0:.0f} s\n")
+    seconds = fit(model, args, lr_at, batch_loss, val_loss, log, ckpt)
+    log.write(f"# training time {seconds:.0f} s\n")
     log.close()
-    print(f"saved demo/{ckpt}, training time {time.time() - t0:.0f} s")
+    print(f"saved demo/{ckpt}, training time {seconds:.0f} s")
 
 
 @torch.no_grad()
@@ -456,12 +470,6 @@ def step_distill(args):
         draft.train()
         return tot / 4, agree / 4
 
-    decay = [q for n, q in draft.named_parameters() if q.dim() >= 2]
-    no_decay = [q for n, q in draft.named_parameters() if q.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
-
     def lr_at(it):  # cosine from lr down to a tenth of it, no warm-up: the draft is trained already
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * it / max(1, args.steps))))
 
@@ -472,31 +480,11 @@ def step_distill(args):
     log.write("# loss: cross-entropy against the model's 8 likeliest next tokens; agree: the draft's\n"
               "# likeliest token is the model's, on held-out stories\n")
     log.write("# step  train_loss  val_loss  agree  lr  elapsed_s\n")
-    t0 = time.time()
-    draft.train()
-    running = None
-    for it in range(args.steps + 1):
-        if it % args.eval_every == 0 or it == args.steps:
-            vl, agree = val()
-            line = (f"{it:6d}  {running if running is not None else float('nan'):.4f}  {vl:.4f}  {agree:.4f}"
-                    f"  {lr_at(it):.2e}  {time.time() - t0:.0f}")
-            print(line, flush=True)
-            log.write(line + "\n")
-            log.flush()
-        if it == args.steps:
-            break
-        for g in opt.param_groups:
-            g["lr"] = lr_at(it)
-        loss = loss_of(*batch(tr_starts, tr_toks, top_ids, top_p, args.batch, rng))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
-    torch.save({"model": draft.state_dict(), "model_args": a}, p("draft_ckpt.pt"))
-    log.write(f"# training time {time.time() - t0:.0f} s\n")
+    seconds = fit(draft, args, lr_at, lambda: loss_of(*batch(tr_starts, tr_toks, top_ids, top_p, args.batch, rng)),
+                  val, log, "draft_ckpt.pt")
+    log.write(f"# training time {seconds:.0f} s\n")
     log.close()
-    print(f"saved demo/draft_ckpt.pt, training time {time.time() - t0:.0f} s")
+    print(f"saved demo/draft_ckpt.pt, training time {seconds:.0f} s")
 
 
 def step_v1(args):
