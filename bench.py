@@ -10,6 +10,11 @@ tokens (decode tok/s); with all cores, three times, keeping the best figures.
 Peak RSS is the largest of those runs. Figures are ./run's own (its stderr
 line), so model loading is not counted.
 
+Speculative decoding: stories110M fp32, greedy, all cores, plain beside its
+int8 copy as draft (-k 6) and prompt lookup (-l 3), best of three alternated
+runs; then the demo model plain beside its own draft on one thread and on all
+cores, medians of 15 alternated runs.
+
 Then a second table puts ./run beside llama2.c (karpathy/llama2.c's run.c for
 fp32 and runq.c for int8, built with gcc -Ofast -march=haswell -fopenmp) on the
 stories15M and stories110M shapes, 2 threads each (-j 2, OMP_NUM_THREADS=2),
@@ -106,11 +111,11 @@ def models(name, args):
     return fp32, int8
 
 
-def run(model, threads, prompt, steps, kernels=None, fatal=True, extra=()):
+def run(model, threads, prompt, steps, kernels=None, fatal=True, extra=(), tokenizer=TOKENIZER):
     """Runs ./run (with RUN_KERNELS=kernels if given, and `extra` flags); returns
     (prompt tok/s, decode tok/s, peak RSS in MB, generated tokens), or, when it
     fails and not fatal, its error message."""
-    cmd = [RUN, model, "-z", TOKENIZER, "-t", "0", "-j", str(threads), "-n", str(steps), "-i", prompt] + list(extra)
+    cmd = [RUN, model, "-z", tokenizer, "-t", "0", "-j", str(threads), "-n", str(steps), "-i", prompt] + list(extra)
     env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     err = p.stderr.read().decode()
@@ -149,6 +154,24 @@ def speculative_bench(kernels):
         decode, acceptance = best[name]
         rate = f", {100 * acceptance:.0f}% of drafted tokens accepted" if acceptance is not None else ""
         print(f"  {name:<24} decode {decode:6.1f} tok/s ({decode / plain:.2f}x){rate}")
+
+
+def demo_speculative_bench(kernels):
+    """The demo model, greedy, its story from "Once upon a time", plain beside
+    its draft (demo/draft.bin, -k by default), on one thread and on all cores:
+    medians of 15 alternated runs, since a run decodes its 162 tokens in about
+    15 ms and single runs scatter."""
+    model, draft, tokenizer = (os.path.join(HERE, "demo", f) for f in ("model.bin", "draft.bin", "tokenizer.bin"))
+    print("speculative decoding, demo model with its draft, greedy (medians of 15 alternated runs):")
+    for threads in sorted({1, os.cpu_count() or 1}):
+        plain, drafted = [], []
+        for _ in range(15):
+            plain.append(run(model, threads, "Once upon a time", 256, kernels, tokenizer=tokenizer)[1])
+            drafted.append(run(model, threads, "Once upon a time", 256, kernels, extra=("-d", draft),
+                               tokenizer=tokenizer)[1])
+        p, d = statistics.median(plain), statistics.median(drafted)
+        print(f"  {threads} thread(s): plain {p:7.0f} tok/s, with its draft {d:7.0f} tok/s ({d / p:.2f}x),"
+              f" {100 * last_acceptance:.0f}% of drafted tokens accepted")
 
 
 def build_llama2c():
@@ -318,6 +341,7 @@ def main():
     if long and not quick:
         long_context(cores, kernels)
     speculative_bench(kernels)
+    demo_speculative_bench(kernels)
     compare(prompt, kernels or "avx2")
     tokenizer_bench()
 
