@@ -450,4 +450,5 @@ def long_context(cores, kernels):
         print(f"{kind} weights: fp32 cache {fp32_speed:.2f} tok/s, int8 cache {int8_speed:.2f} tok/s, "
               f"int8/fp32 {int8_speed / fp32_speed:.3f}")
 
-main()
+if __name__ == "__main__":
+    main()
