@@ -3961,8 +3961,8 @@ static void stop_compute(void) {
    asked for every token's logits. */
 static void start_model(Model *m, int n_pos, CacheType cache, int classify_all) {
 #ifndef RUN_PLAIN
-    /* first: on Linux 6.18 (Firecracker) the first writes to memory touched
-       before MADV_POPULATE_READ ran were measured 30x slower */
+    /* before the KV cache is allocated: on Linux 6.18 (Firecracker), memory
+       written before MADV_POPULATE_READ ran was 30x slower to write again */
     prefault_checkpoint(&m->ck);
 #endif
     init_run_state(&m->state, &m->ck.config, n_pos, cache);
