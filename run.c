@@ -3099,7 +3099,7 @@ matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, i
     matvec_q8(out, xq, xs, w, n, group_size, i, end);
 }
 
-/* The layout prepare_q8_pairs() makes in its scratch: the int8 inputs as
+/* The layout prepare_q8_pairs_body() makes in its scratch: the int8 inputs as
    int16, two values of a token side by side, by vectors of 8 tokens (padded
    with zeros to width) as in prepare_tokens: x2[((t / 8) * n / 2 + j / 2) * 8 +
    t % 8][j % 2]; then the scales xs_t[g * width + t]. */
