@@ -3414,7 +3414,7 @@ prepare_q8_pairs_body(void *scratch, const int8_t *xq, const float *xs, int n, i
                       int end, TransposeFn transpose) {
     int width = token_width(T), groups = n / group_size;
     int32_t *x2 = scratch;
-    float *xs_t = (float *)((char *)scratch + (size_t)n * width * sizeof(int16_t));
+    float *xs_t = (float *)q8_token_scales(scratch, n, width);
     end = end < width ? end : width;
     for (int t0 = begin; t0 < end; t0 += 8) {
         int rows = T - t0 < 8 ? T - t0 : 8;
