@@ -3074,8 +3074,8 @@ quantize_body(int8_t *q, float *scale, const float *x, int n, int group_size) {
    order; the float sum over groups runs in the plain order. Each 64-byte line
    of the rows ahead is prefetched once, by the group that starts in it. */
 static inline __attribute__((always_inline)) void
-matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
-               int end, Dot8Fn dot8) {
+matvec_q8_groups(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
+                 int end, Dot8Fn dot8) {
     int i = begin, groups = n / group_size;
     size_t ahead = prefetch_ahead(n, 8);
     if (group_size % 16 == 0)
@@ -3097,6 +3097,17 @@ matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, i
             memcpy(out + i, &val, sizeof val);
         }
     matvec_q8(out, xq, xs, w, n, group_size, i, end);
+}
+
+/* The common group sizes as constants: the compiler then unrolls dot8 and the
+   prefetches into straight code: with avx2, stories15M (group size 32)
+   decodes 1.4x as fast, stories110M (64) 1.2x. */
+static inline __attribute__((always_inline)) void
+matvec_q8_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
+               int end, Dot8Fn dot8) {
+    if (group_size == 32) matvec_q8_groups(out, xq, xs, w, n, 32, begin, end, dot8);
+    else if (group_size == 64) matvec_q8_groups(out, xq, xs, w, n, 64, begin, end, dot8);
+    else matvec_q8_groups(out, xq, xs, w, n, group_size, begin, end, dot8);
 }
 
 /* The layout prepare_q8_pairs_body() makes in its scratch: the int8 inputs as
