@@ -84,6 +84,15 @@ static void *xcalloc(size_t count, size_t size) {
     return p;
 }
 
+/* count * size bytes starting at a multiple of `alignment`, not yet written. */
+static void *xaligned(size_t count, size_t size, size_t alignment) {
+    if (size && count > SIZE_MAX / size) fail("out of memory (asked for %zu x %zu bytes)", count, size);
+    size_t bytes = count * size;
+    void *p = NULL;
+    if (posix_memalign(&p, alignment, bytes ? bytes : 1) != 0) fail("out of memory (asked for %zu bytes)", bytes);
+    return p;
+}
+
 static double seconds_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -419,10 +428,8 @@ typedef struct {
    costly one). The last piece keeps small pages: no memory beyond the cache. */
 static void *alloc_cache(size_t count, size_t size) {
     size_t huge = (size_t)2 << 20;
-    if (size && count > SIZE_MAX / size) fail("out of memory (asked for %zu x %zu bytes)", count, size);
+    void *p = xaligned(count, size, huge);
     size_t bytes = count * size;
-    void *p = NULL;
-    if (posix_memalign(&p, huge, bytes ? bytes : 1) != 0) fail("out of memory (asked for %zu bytes)", bytes);
 #ifdef MADV_HUGEPAGE
     if (bytes >= huge) madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
 #endif
@@ -3588,19 +3595,11 @@ typedef struct {
 /* Batch buffers start on a cache line, so that the AVX-512 kernels' 64-byte
    loads of the tokens do not each straddle two lines (calloc's large blocks
    start 16 bytes into a page): stories110M int8 prefill on 2 threads is 6-10%
-   faster. Not yet written: see batch_buffer(). */
-static void *cache_line_buffer(size_t count, size_t size) {
-    if (size && count > SIZE_MAX / size) fail("out of memory (asked for %zu x %zu bytes)", count, size);
-    size_t bytes = count * size;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) fail("out of memory (asked for %zu bytes)", bytes);
-    return p;
-}
-
-/* Zeroed and touched now, so that the first prompt does not pay for the
-   pages' first touch (a fault per 4 KB, microseconds each on virtual machines). */
+   faster. Zeroed and touched now, so that the first prompt does not pay for
+   the pages' first touch (a fault per 4 KB, microseconds each on virtual
+   machines). */
 static void *batch_buffer(size_t count, size_t size) {
-    void *p = cache_line_buffer(count, size);
+    void *p = xaligned(count, size, 64);
     memset(p, 0, count * size);
     return p;
 }
@@ -3630,8 +3629,9 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
     }
     size_t projected_rows = 3 * (size_t)c->dim > 2 * (size_t)c->hidden_dim ? 3 * (size_t)c->dim : 2 * (size_t)c->hidden_dim;
     size_t rows = classify_all && (size_t)c->vocab_size > projected_rows ? (size_t)c->vocab_size : projected_rows;
-    b->out_t = cache_line_buffer(MAX_BATCH * rows, sizeof(float));
-    memset(b->out_t, 0, MAX_BATCH * projected_rows * sizeof(float)); /* the classifier's rows: only if they are used */
+    /* as batch_buffer(), but the classifier's rows are touched only if they are used */
+    b->out_t = xaligned(MAX_BATCH * rows, sizeof(float), 64);
+    memset(b->out_t, 0, MAX_BATCH * projected_rows * sizeof(float));
 }
 
 static void free_batch(Batch *b) {
