@@ -2498,6 +2498,190 @@ static void test_kernel_sets(void) {
     }
 }
 
+#if defined(__x86_64__)
+/* Instruction sets by encoding, the way a CPU that lacks one fails on it:
+   0 legacy (SSE2, every x86-64), 1 VEX (AVX, AVX2, FMA), 2 EVEX (AVX-512),
+   3 the AVX-512 VNNI dot products. */
+static int encoding_level(const char *bytes, const char *text) {
+    unsigned op = 0;
+    while (sscanf(bytes, "%2x", &op) == 1) { /* skip segment and address-size prefixes */
+        if (op != 0x26 && op != 0x2e && op != 0x36 && op != 0x3e && op != 0x64 && op != 0x65 && op != 0x67) break;
+        bytes += 3;
+    }
+    if (strstr(text, "vpdpbusd") || strstr(text, "vpdpwssd")) return 3;
+    if (op == 0x62) return 2; /* EVEX (BOUND in 32-bit code only) */
+    if (op == 0xc4 || op == 0xc5) return 1; /* VEX (LES and LDS in 32-bit code only) */
+    return 0;
+}
+
+typedef struct {
+    uint64_t start;
+    char name[128];
+    int level;            /* the highest encoding among its instructions */
+    char example[160];    /* the first instruction of that encoding */
+    uint64_t *refs;       /* addresses it calls, jumps to or takes */
+    int n_refs, refs_cap;
+} DisFunction;
+
+static void *grow(void *p, size_t bytes) {
+    p = realloc(p, bytes);
+    if (!p) {
+        perror("realloc");
+        exit(1);
+    }
+    return p;
+}
+
+static int compare_dis_start(const void *a, const void *b) {
+    uint64_t x = ((const DisFunction *)a)->start, y = ((const DisFunction *)b)->start;
+    return x < y ? -1 : x > y;
+}
+
+static DisFunction *find_dis_function(DisFunction *f, int n, uint64_t start) {
+    DisFunction key = {.start = start};
+    return bsearch(&key, f, n, sizeof *f, compare_dis_start);
+}
+
+/* objdump -d of this very binary: each function's encodings and references. */
+static DisFunction *disassemble_self(int *count) {
+    char exe[4096], cmd[4200], line[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return NULL;
+    exe[len] = 0;
+    snprintf(cmd, sizeof cmd, "objdump -d -w '%s' 2>/dev/null", exe);
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    DisFunction *f = NULL;
+    int n = 0, cap = 0;
+    while (fgets(line, sizeof line, p)) {
+        unsigned long long addr;
+        char name[128];
+        if (sscanf(line, "%llx <%127[^>]>:", &addr, name) == 2 && line[0] != ' ') {
+            if (n == cap) f = grow(f, (cap = cap ? 2 * cap : 1024) * sizeof *f);
+            f[n] = (DisFunction){.start = addr};
+            snprintf(f[n].name, sizeof f[n].name, "%s", name);
+            n++;
+            continue;
+        }
+        char *bytes = strchr(line, '\t'), *text = bytes ? strchr(bytes + 1, '\t') : NULL;
+        if (!n || !text) continue;
+        DisFunction *fn = &f[n - 1];
+        int level = encoding_level(bytes + 1, text + 1);
+        if (level > fn->level) {
+            fn->level = level;
+            snprintf(fn->example, sizeof fn->example, "%.*s", (int)strcspn(text + 1, "\n"), text + 1);
+        }
+        for (char *lt = strchr(text, '<'); lt; lt = strchr(lt + 1, '<')) { /* "call 1234 <name>", "# 1234 <name>" */
+            char *hex = lt - 1;
+            while (hex > text && *hex == ' ') hex--;
+            while (hex > text && isxdigit((unsigned char)hex[-1])) hex--;
+            if (!isxdigit((unsigned char)*hex)) continue;
+            if (fn->n_refs == fn->refs_cap)
+                fn->refs = grow(fn->refs, (fn->refs_cap = fn->refs_cap ? 2 * fn->refs_cap : 16) * sizeof *fn->refs);
+            fn->refs[fn->n_refs++] = strtoull(hex, NULL, 16);
+        }
+    }
+    if (pclose(p) != 0 || n == 0) {
+        for (int i = 0; i < n; i++) free(f[i].refs);
+        free(f);
+        return NULL;
+    }
+    qsort(f, n, sizeof *f, compare_dis_start);
+    *count = n;
+    return f;
+}
+
+/* The first function reachable from roots whose instructions need more than
+   `allowed`, or NULL. */
+static const DisFunction *too_new(DisFunction *f, int n, const uint64_t *roots, int n_roots, int allowed) {
+    char *seen = xcalloc(n, 1);
+    int *stack = xcalloc(n, sizeof(int)), top = 0;
+    const DisFunction *bad = NULL;
+    for (int i = 0; i < n_roots; i++) {
+        DisFunction *r = find_dis_function(f, n, roots[i]);
+        if (r && !seen[r - f]) {
+            seen[r - f] = 1;
+            stack[top++] = (int)(r - f);
+        }
+    }
+    while (top && !bad) {
+        DisFunction *fn = &f[stack[--top]];
+        if (fn->level > allowed) bad = fn;
+        for (int k = 0; k < fn->n_refs; k++) {
+            DisFunction *g = find_dis_function(f, n, fn->refs[k]);
+            if (g && !seen[g - f]) {
+                seen[g - f] = 1;
+                stack[top++] = (int)(g - f);
+            }
+        }
+    }
+    free(seen);
+    free(stack);
+    return bad;
+}
+
+/* A kernel set must run on a CPU that has only its instruction set: this CPU
+   may have more, so its tests cannot show that, but the machine code can. The
+   functions each set's table points to, and all they call, hold no newer
+   instructions than the set's (an AVX-512 kernel that reached a VNNI helper
+   would fail only on AVX-512 CPUs without VNNI), and the code outside the
+   sets holds none beyond what the build targets. */
+static void test_kernel_instructions(void) {
+    int n = 0;
+    DisFunction *f = disassemble_self(&n);
+    if (!f) {
+        skip("the kernel sets' instructions: objdump could not disassemble this binary");
+        return;
+    }
+#if defined(__AVX512VNNI__)
+    int built_for = 3;
+#elif defined(__AVX512F__)
+    int built_for = 2;
+#elif defined(__AVX__)
+    int built_for = 1;
+#else
+    int built_for = 0;
+#endif
+    uint64_t main_at = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(f[i].name, "run_main") == 0) main_at = f[i].start;
+    uintptr_t load_bias = (uintptr_t)run_main - main_at; /* position-independent: runtime minus file address */
+    struct {
+        const KernelSet *set;
+        int level;
+    } sets[] = {{&plain_kernels, 0}, {&sse_kernels, 0}, {&avx2_kernels, 1}, {&avx512_kernels, 2}, {&vnni_kernels, 3}};
+    int n_sets = (int)(sizeof sets / sizeof sets[0]);
+    check(main_at != 0 && n_sets == N_KERNEL_SETS, "instruction audit: run_main not found, or a set missing here");
+    for (int s = 0; s < n_sets; s++) {
+        const KernelSet *k = sets[s].set;
+        uintptr_t fns[] = {(uintptr_t)k->cpu_has,         (uintptr_t)k->matvec,
+                           (uintptr_t)k->quantize,        (uintptr_t)k->matvec_q8,
+                           (uintptr_t)k->softmax,         (uintptr_t)k->swiglu,
+                           (uintptr_t)k->attention_block, (uintptr_t)k->prepare_tokens,
+                           (uintptr_t)k->matmul_tokens,   (uintptr_t)k->q8_tokens_supports,
+                           (uintptr_t)k->prepare_q8_tokens, (uintptr_t)k->matmul_q8_tokens};
+        uint64_t roots[sizeof fns / sizeof fns[0]];
+        int n_roots = 0;
+        for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+            if (fns[i]) roots[n_roots++] = fns[i] - load_bias;
+        int allowed = sets[s].level > built_for ? sets[s].level : built_for;
+        const DisFunction *bad = too_new(f, n, roots, n_roots, allowed);
+        check(n_roots >= 6 && !bad, "the %s kernels reach %s, whose instruction %s needs more than the set has",
+              k->name, bad ? bad->name : "?", bad ? bad->example : "?");
+    }
+    uint64_t program[] = {main_at};
+    const DisFunction *bad = too_new(f, n, program, 1, built_for);
+    check(!bad, "run.c's main reaches %s, whose instruction %s needs more than this build targets",
+          bad ? bad->name : "?", bad ? bad->example : "?");
+    for (int i = 0; i < n; i++) free(f[i].refs);
+    free(f);
+}
+#else
+static void test_kernel_instructions(void) {
+    skip("the kernel sets' instructions: the audit reads x86-64 encodings, and this is another architecture");
+}
+#endif
+
 int main(void) {
     test_rmsnorm();
     test_softmax();
@@ -2509,6 +2693,7 @@ int main(void) {
     test_cache_quantization();
     test_swiglu();
     test_kernel_sets();
+    test_kernel_instructions();
     test_rng();
     test_sampler();
     test_tokenizer();
