@@ -25,7 +25,7 @@ endif
 # it catches float -> int conversions out of range, e.g. NaN weights in quantize().
 # every kernel set the CPU has is checked under them too
 SANITIZE = -g -O1 -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
-# a python3 with numpy, for test_export.py (Debian's python3-numpy lives in /usr/bin)
+# a python3 with numpy, for tests/test_export.py (Debian's python3-numpy lives in /usr/bin)
 PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy' 2>/dev/null && { echo $$p; break; }; done)
 export PYTHON
 
@@ -76,7 +76,7 @@ demo: run
 
 BENCH_FLAGS ?=
 bench: run
-	python3 bench.py $(BENCH_FLAGS)
+	python3 tools/bench.py $(BENCH_FLAGS)
 
 clean:
 	rm -f run test_all run_sanitize test_all_sanitize run_arm64 test_all_arm64 run_arm64_qemu
@@ -96,20 +96,20 @@ FUZZ_TARGETS = fuzz_checkpoint fuzz_tokenizer fuzz_encode
 
 fuzz: $(FUZZ_TARGETS) fuzz_corpus/.done
 
-fuzz_checkpoint: fuzz.c run.c
-	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_CHECKPOINT -o $@ fuzz.c $(LDLIBS)
+fuzz_checkpoint: tools/fuzz.c run.c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_CHECKPOINT -o $@ tools/fuzz.c $(LDLIBS)
 
-fuzz_tokenizer: fuzz.c run.c
-	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_TOKENIZER -o $@ fuzz.c $(LDLIBS)
+fuzz_tokenizer: tools/fuzz.c run.c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_TOKENIZER -o $@ tools/fuzz.c $(LDLIBS)
 
-fuzz_encode: fuzz.c run.c
-	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_ENCODE -DFUZZ_SHARED='"$(SHARED)"' -o $@ fuzz.c $(LDLIBS)
+fuzz_encode: tools/fuzz.c run.c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_ENCODE -DFUZZ_SHARED='"$(SHARED)"' -o $@ tools/fuzz.c $(LDLIBS)
 
 # seed corpus: the shared models, tokenizers and tokenizer cases, plus small
 # generated checkpoints/tokenizers of every layout and damaged copies
-fuzz_corpus/.done: seeds_for_fuzz.py tokenizer.bin
+fuzz_corpus/.done: tools/seeds_for_fuzz.py tokenizer.bin
 	rm -rf fuzz_corpus
-	python3 seeds_for_fuzz.py $(SHARED) fuzz_corpus
+	python3 tools/seeds_for_fuzz.py $(SHARED) fuzz_corpus
 	-$(PYTHON) export.py fuzz_corpus/tokenizer_llama3.bin --tokenizer $(SHARED)/tokenizer/llama3/tokenizer.json
 	touch $@
 

@@ -2740,8 +2740,8 @@ int main(void) {
     /* export.py, checked against an independent numpy forward pass; needs numpy */
     const char *run = getenv("RUN") ? getenv("RUN") : "./run"; /* the binary the scripts run */
     const char *python = getenv("PYTHON");
-    if (python && python[0]) run_python_suite(python, "test_export.py", run);
-    else printf("note: no python3 with numpy (make sets PYTHON): skipping test_export.py\n");
+    if (python && python[0]) run_python_suite(python, "tests/test_export.py", run);
+    else printf("note: no python3 with numpy (make sets PYTHON): skipping tests/test_export.py\n");
     test_llama3_chat(python);
 
     if (have_shared()) {

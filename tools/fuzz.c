@@ -62,7 +62,7 @@ static FILE *fuzz_stderr;
 #define stderr fuzz_stderr
 
 #define main run_main
-#include "run.c"
+#include "../run.c"
 #undef main
 #undef open
 #undef fopen

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tests of export.py, checked against ./run and an independent numpy reference.
 
-usage: /usr/bin/python3 test_export.py [./run]
+usage: /usr/bin/python3 tests/test_export.py [./run]
 
 Needs numpy. Parts that need torch (--meta, --checkpoint), ../shared (the shipped
 models and the Llama 2 and Llama 3 tokenizers), sentencepiece, the npm registry (a
@@ -36,7 +36,7 @@ import sys
 import tempfile
 import hashlib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 SHARED = os.path.join(os.path.dirname(HERE), "shared")
 EXPORT = os.path.join(HERE, "export.py")
 RUN = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(HERE, "run")
@@ -1343,7 +1343,7 @@ def test_unicode_tables():
     if unicodedata.unidata_version != "14.0.0":
         skip(name, f"this Python has Unicode {unicodedata.unidata_version}, the tables are 14.0.0")
         return
-    p = subprocess.run([sys.executable, os.path.join(HERE, "unicode_tables.py"), "--check", os.path.join(HERE, "run.c")],
+    p = subprocess.run([sys.executable, os.path.join(HERE, "tools", "unicode_tables.py"), "--check", os.path.join(HERE, "run.c")],
                        capture_output=True, text=True)
     ok(name, p.returncode == 0, p.stderr)
 

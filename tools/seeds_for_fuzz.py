@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seed corpus for fuzz.c's targets: `python3 seeds_for_fuzz.py SHARED OUT`.
+"""Seed corpus for fuzz.c's targets: `python3 tools/seeds_for_fuzz.py SHARED OUT`.
 
 Writes OUT/checkpoint, OUT/tokenizer and OUT/encode from the shared models,
 tokenizers and tokenizer cases, plus small generated files (tiny checkpoints of

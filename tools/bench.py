@@ -51,7 +51,7 @@ them the largest peak RSS, the file, the cache (2048 positions) and the memory
 limit (file + cache + 16 MB); last, the two caches in one process over one
 mapping of the weights, taking turns token by token (PAIRED_DECODE_C).
 
-usage: python3 bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only]
+usage: python3 tools/bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only]
   --quick         only the two small shapes
   --long          also the 1.1B shape near position 2000 (above)
   --long-only     only that
@@ -66,7 +66,7 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tools/
 SHARED = os.path.join(os.path.dirname(HERE), "shared")
 CACHE = os.environ.get("BENCH_DIR", "/tmp/run-bench")
 RUN = os.path.join(HERE, "run")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Print the Unicode tables of run.c's Llama 3 pre-tokenizer, as C.
 
-usage: python3 unicode_tables.py            # print the tables
-       python3 unicode_tables.py --check run.c   # exit 1 if run.c's copy differs
+usage: python3 tools/unicode_tables.py            # print the tables
+       python3 tools/unicode_tables.py --check run.c   # exit 1 if run.c's copy differs
 
 Llama 3's pre-tokenizer regex asks three questions of a character: is it a letter
 (\\p{L}: categories Lu Ll Lt Lm Lo), a number (\\p{N}: Nd Nl No), or white space (\\s:
