@@ -10,15 +10,17 @@
    printed.
 
    The file has three parts:
-   Part I, the model: config and weights, run state, the math blocks, forward(),
-     tokenizer, sampler. Read alone, it is the whole transformer, plainly.
+   Part I, the model: config and weights, run state, the math blocks, attention
+     and forward(); then loading a checkpoint, the tokenizer and the sampler.
+     Read alone, it is the whole transformer, plainly.
    Part II, the speed: a thread pool, fast kernel sets chosen at start-up from
      what the CPU has (SSE, AVX2, AVX-512, AVX-512 VNNI, NEON), and
      forward_batch(), which runs many tokens at once. Everything there computes
      exactly what Part I does, bit for bit; the tests check it. `make PLAIN=1`
      (-DRUN_PLAIN) leaves Part II out.
-   Part III: generate, chat (speculative decoding optional), and the command
-   line. An appendix holds the Unicode tables of Llama 3's pre-tokenizer. */
+   Part III: generate, chat (speculative decoding optional), perplexity and the
+   command line. An appendix holds the Unicode tables of Llama 3's
+   pre-tokenizer. */
 
 #include <ctype.h>
 #include <errno.h>
@@ -116,7 +118,7 @@ typedef struct {
     int seq_len;    /* longest context the model was trained for */
     int shared_classifier; /* the output layer reuses the token embedding */
     int version;    /* 0 = llama2.c legacy, 1 = fp32 with header, 2 = int8 */
-    int group_size; /* version 2: values per int8 scale */
+    int group_size; /* version 2: values per int8 scale; 0 = fp32 weights */
     float rope_theta;
     float norm_eps;
     /* Llama 3.1's RoPE scaling (see rope_frequency()); factor 0 = none */
@@ -150,6 +152,341 @@ typedef struct {
     const uint8_t *data; /* the whole file, memory-mapped read-only */
     size_t file_size;
 } Checkpoint;
+
+
+/* ------------------------------------------------------------------------- */
+/* Run state: every buffer forward() needs, allocated once                    */
+
+/* The keys (or the values) of every layer and position. fp32: llama2.c's
+   [layer][pos][kv_dim]. int8 (-c int8, a quarter of the memory): each KV
+   head's positions together, [layer][kv_head][pos][head_size], each row
+   quantized like a weight group, with one scale. Attention reads one head at
+   a time, so its int8 rows are one stream (at position 2000 of the 1.1B
+   shape, 12% faster than rows kv_dim apart). */
+typedef struct {
+    float *f32;   /* fp32 values, or NULL */
+    int8_t *q;    /* int8 values, or NULL */
+    float *scale; /* int8: one per row, [layer][kv_head][pos] */
+    int n_pos, n_kv_heads, head_size;
+} KVCache;
+
+typedef struct {
+    float *x;      /* residual stream [dim] */
+    float *xb;     /* normalised x, then attention output [dim] */
+    float *xb2;    /* projection output [dim] */
+    float *hb;     /* feed-forward gate [hidden_dim] */
+    float *hb2;    /* feed-forward up [hidden_dim] */
+    float *q;      /* query [dim] */
+    float *k;      /* this position's key [kv_dim], on its way into the cache */
+    float *v;      /* and its value [kv_dim] */
+    float *att;    /* one head's attention scores [n_pos] */
+    float *row;    /* one int8 cache row, dequantized [head_size] */
+    float *logits; /* [vocab_size] */
+    KVCache key_cache, value_cache;
+    float *rope_cos; /* [n_pos][head_size / 2] */
+    float *rope_sin;
+    int8_t *xq;      /* version 2: a projection's input in int8 [max(dim, hidden_dim)] */
+    float *xq_scale; /* and its scales, one per group */
+    int n_pos;       /* positions the caches and RoPE tables hold */
+} RunState;
+
+/* ------------------------------------------------------------------------- */
+/* Math blocks                                                                */
+
+/* out = x / rms(x) * weight, rms(x) = sqrt(mean(x^2) + eps). out may be x. */
+static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    ss /= n;
+    ss += eps;
+    ss = 1.0f / sqrtf(ss);
+    for (int i = 0; i < n; i++) out[i] = weight[i] * (ss * x[i]);
+}
+
+/* In place: x = exp(x - max) / sum(exp(x - max)); subtracting the max keeps
+   exp() from overflowing without changing the result. */
+static void softmax(float *x, int n) {
+    float max_val = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > max_val) max_val = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max_val);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+/* out[i] = W[i] . x for the rows i in [begin, end) of W [d][n]. */
+static void matvec(float *out, const float *x, const float *w, int n, int begin, int end) {
+    for (int i = begin; i < end; i++) {
+        const float *row = w + (size_t)i * n;
+        float val = 0.0f;
+        for (int j = 0; j < n; j++) val += row[j] * x[j];
+        out[i] = val;
+    }
+}
+
+/* Symmetric int8 quantization per group: scale = max|x| / 127, q = round(x / scale). */
+static void quantize(int8_t *q, float *scale, const float *x, int n, int group_size) {
+    for (int g = 0; g < n / group_size; g++) {
+        const float *group = x + g * group_size;
+        float max_abs = 0.0f;
+        for (int i = 0; i < group_size; i++) {
+            float a = fabsf(group[i]);
+            if (a > max_abs) max_abs = a;
+        }
+        float s = max_abs / 127.0f;
+        scale[g] = s;
+        for (int i = 0; i < group_size; i++) {
+            /* roundf (half away from zero), written so that it vectorizes: the
+               fraction v - trunc(v) of a float is exact */
+            float v = s > 0 ? group[i] / s : 0.0f, r = truncf(v);
+            if (fabsf(v - r) >= 0.5f) r += v > 0 ? 1.0f : -1.0f;
+            q[g * group_size + i] = r >= -127 && r <= 127 ? (int8_t)r : 0; /* NaN from a broken model: 0 */
+        }
+    }
+}
+
+/* out[i] = W[i] . x with both sides int8, for rows [begin, end): an integer dot
+   product per group, scaled by the weight group's and the input group's scales. */
+static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                      int begin, int end) {
+    for (int i = begin; i < end; i++) {
+        const int8_t *row = w->q + (size_t)i * n;
+        const float *row_scale = w->scale + (size_t)i * n / group_size;
+        float val = 0.0f;
+        for (int j = 0; j < n; j += group_size) {
+            int32_t ival = 0;
+            for (int k = 0; k < group_size; k++) ival += (int32_t)xq[j + k] * row[j + k];
+            val += (float)ival * row_scale[j / group_size] * xs[j / group_size];
+        }
+        out[i] = val;
+    }
+}
+
+/* Rotary position embedding: each adjacent pair (v[2i], v[2i+1]) of every head
+   is rotated by the angle pos * theta^(-2i/head_size) (see rope_frequency()). */
+static void rope(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos) {
+    for (float *head = v; head < v + n; head += head_size)
+        for (int i = 0; i < head_size; i += 2) {
+            float fcr = cos_pos[i / 2], fci = sin_pos[i / 2];
+            float v0 = head[i], v1 = head[i + 1];
+            head[i] = v0 * fcr - v1 * fci;
+            head[i + 1] = v0 * fci + v1 * fcr;
+        }
+}
+
+/* SwiGLU: hb = silu(hb) * hb2, silu(x) = x * sigmoid(x). */
+static void swiglu(float *hb, const float *hb2, int n) {
+    for (int i = 0; i < n; i++) {
+        float val = hb[i];
+        val *= 1.0f / (1.0f + expf(-val));
+        val *= hb2[i];
+        hb[i] = val;
+    }
+}
+
+static void add(float *x, const float *y, int n) {
+    for (int i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* Row `token` of the embedding table, dequantized when stored as int8. */
+static void embed(float *out, const Matrix *table, int token, int dim, int group_size) {
+    if (table->f32) {
+        memcpy(out, table->f32 + (size_t)token * dim, dim * sizeof(float));
+    } else {
+        const int8_t *q = table->q + (size_t)token * dim;
+        const float *scale = table->scale + (size_t)token * dim / group_size;
+        for (int i = 0; i < dim; i++) out[i] = q[i] * scale[i / group_size];
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Projections: out = W x                                                     */
+
+/* The input x [n] of the projections that read it. With int8 weights (group
+   size > 0), x also in int8, quantized in groups like the weights: once for
+   all the projections that share it (q, k and v; the feed-forward's w1 and
+   w3), as runq.c does. */
+typedef struct {
+    const float *x;
+    const int8_t *q;    /* int8 weights only */
+    const float *scale;
+    int n, group_size;
+} Input;
+
+static Input prepare_input(RunState *s, const float *x, int n, int group_size) {
+    if (group_size == 0) return (Input){x, NULL, NULL, n, 0};
+    quantize(s->xq, s->xq_scale, x, n, group_size);
+    return (Input){x, s->xq, s->xq_scale, n, group_size};
+}
+
+/* out = W x for a weight matrix W [d][n], fp32 or int8. */
+static void linear(float *out, const Input *in, const Matrix *w, int d) {
+    if (w->f32) matvec(out, in->x, w->f32, in->n, 0, d);
+    else matvec_q8(out, in->q, in->scale, w, in->n, in->group_size, 0, d);
+}
+
+/* ------------------------------------------------------------------------- */
+/* The KV cache and attention                                                 */
+
+/* Where the row of one layer, KV head and position starts: an index into f32,
+   or into q (int8; the row's scale is scale[index / head_size]). */
+static size_t cache_index(const KVCache *c, int layer, int kv_head, int pos) {
+    if (c->f32) return (((size_t)layer * c->n_pos + pos) * c->n_kv_heads + kv_head) * c->head_size;
+    return (((size_t)layer * c->n_kv_heads + kv_head) * c->n_pos + pos) * c->head_size;
+}
+
+/* Stores one layer's key (or value) at one position: kv_dim values, one
+   head_size row per KV head. The int8 cache quantizes each row with its own
+   scale, by quantize() or (Part II) its fast twin. */
+typedef void (*QuantizeFn)(int8_t *q, float *scale, const float *x, int n, int group_size);
+static void cache_store(KVCache *c, int layer, int pos, const float *kv, QuantizeFn quantize_row) {
+    for (int h = 0; h < c->n_kv_heads; h++) {
+        size_t at = cache_index(c, layer, h, pos);
+        const float *row = kv + (size_t)h * c->head_size;
+        if (c->f32) memcpy(c->f32 + at, row, c->head_size * sizeof(float));
+        else quantize_row(c->q + at, c->scale + at / c->head_size, row, c->head_size, c->head_size);
+    }
+}
+
+/* The row of one layer, KV head and position as floats: the fp32 cache's
+   own, or the int8 one dequantized into buf [head_size]. */
+static const float *cache_row(const KVCache *c, int layer, int kv_head, int pos, float *buf) {
+    size_t at = cache_index(c, layer, kv_head, pos);
+    if (c->f32) return c->f32 + at;
+    float scale = c->scale[at / c->head_size];
+    for (int i = 0; i < c->head_size; i++) buf[i] = (float)c->q[at + i] * scale;
+    return buf;
+}
+
+/* One query head attending over positions 0..pos of its KV head (in layer
+   `layer`): scores q.k / sqrt(head_size), softmaxed, then the values mixed by
+   them. row: room for one dequantized cache row. */
+static void attention_head(float *out, const float *q, const KVCache *keys, const KVCache *values, int layer,
+                           int kv_head, int pos, float *att, float *row) {
+    int head_size = keys->head_size;
+    for (int t = 0; t <= pos; t++) {
+        const float *key = cache_row(keys, layer, kv_head, t, row);
+        float score = 0.0f;
+        for (int i = 0; i < head_size; i++) score += key[i] * q[i];
+        att[t] = score / sqrtf(head_size);
+    }
+    softmax(att, pos + 1);
+    memset(out, 0, head_size * sizeof(float));
+    for (int t = 0; t <= pos; t++) {
+        const float *value = cache_row(values, layer, kv_head, t, row);
+        for (int i = 0; i < head_size; i++) out[i] += att[t] * value[i];
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* forward(): one token at one position in, logits over the vocabulary out    */
+
+/* (Builds with Part II run forward_batch() instead, which the tests compare with this.) */
+__attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
+    const Config *c = &ck->config;
+    const Weights *w = &ck->weights;
+    int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
+    int head_size = dim / c->n_heads;
+    int kv_dim = head_size * c->n_kv_heads;
+    int heads_per_kv = c->n_heads / c->n_kv_heads; /* query heads sharing a key/value head */
+    const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2, *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
+
+    embed(s->x, &w->token_embedding, token, dim, gs);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        /* attention: q, k, v from the normalised stream; k and v go into the
+           cache row of this position, and each head reads its KV head's rows */
+        rmsnorm(s->xb, s->x, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
+        Input in = prepare_input(s, s->xb, dim, gs);
+        linear(s->q, &in, &w->wq[l], dim);
+        linear(s->k, &in, &w->wk[l], kv_dim);
+        linear(s->v, &in, &w->wv[l], kv_dim);
+        rope(s->q, dim, head_size, cos_pos, sin_pos);
+        rope(s->k, kv_dim, head_size, cos_pos, sin_pos);
+        cache_store(&s->key_cache, l, pos, s->k, quantize);
+        cache_store(&s->value_cache, l, pos, s->v, quantize);
+        for (int h = 0; h < c->n_heads; h++)
+            attention_head(s->xb + h * head_size, s->q + h * head_size, &s->key_cache, &s->value_cache, l,
+                           h / heads_per_kv, pos, s->att, s->row);
+        in = prepare_input(s, s->xb, dim, gs);
+        linear(s->xb2, &in, &w->wo[l], dim);
+        add(s->x, s->xb2, dim);
+
+        /* feed-forward: w2(silu(w1 x) * w3 x) */
+        rmsnorm(s->xb, s->x, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
+        in = prepare_input(s, s->xb, dim, gs);
+        linear(s->hb, &in, &w->w1[l], hidden_dim);
+        linear(s->hb2, &in, &w->w3[l], hidden_dim);
+        swiglu(s->hb, s->hb2, hidden_dim);
+        in = prepare_input(s, s->hb, hidden_dim, gs);
+        linear(s->xb, &in, &w->w2[l], dim);
+        add(s->x, s->xb, dim);
+    }
+
+    rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
+    Input in = prepare_input(s, s->x, dim, gs);
+    linear(s->logits, &in, &w->classifier, c->vocab_size);
+    return s->logits;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Context shift: making room in a full cache without running the model again */
+
+/* One head's key turned back, in place, by the angles cos_back/sin_back of
+   each pair: (k0, k1) rotated by -angle. */
+static void rotate_back(float *key, int head_size, const float *cos_back, const float *sin_back) {
+    for (int i = 0; i < head_size; i += 2) {
+        float c = cos_back[i / 2], s = sin_back[i / 2];
+        float k0 = key[i], k1 = key[i + 1];
+        key[i] = k0 * c + k1 * s;
+        key[i + 1] = k1 * c - k0 * s;
+    }
+}
+
+/* Moves the rows of positions [from, from + count) of one layer to [to, to + count), as stored. */
+static void cache_move(KVCache *c, int layer, int to, int from, int count) {
+    if (c->f32) { /* a layer's positions are one block of rows */
+        memmove(c->f32 + cache_index(c, layer, 0, to), c->f32 + cache_index(c, layer, 0, from),
+                (size_t)count * c->n_kv_heads * c->head_size * sizeof(float));
+        return;
+    }
+    for (int h = 0; h < c->n_kv_heads; h++) {
+        size_t dst = cache_index(c, layer, h, to), src = cache_index(c, layer, h, from);
+        memmove(c->q + dst, c->q + src, (size_t)count * c->head_size);
+        memmove(c->scale + dst / c->head_size, c->scale + src / c->head_size, count * sizeof(float));
+    }
+}
+
+/* Drops the cache rows [keep, keep + drop) of every layer and moves the rows
+   [keep + drop, end) down by `drop`. A cached key is RoPE(Wk x) at its
+   position; rotations add up, so turning each pair back by drop times its
+   frequency gives the key of the same token `drop` positions earlier, with the
+   RoPE tables' own angles (Llama 3's scaling included). Values carry no
+   position: they only move. The layers are not run again. */
+static void shift_cache(RunState *s, const Config *c, int keep, int drop, int end) {
+    KVCache *keys = &s->key_cache;
+    int head_size = keys->head_size;
+    const float *cos_back = s->rope_cos + (size_t)drop * head_size / 2; /* the angles of `drop` positions */
+    const float *sin_back = s->rope_sin + (size_t)drop * head_size / 2;
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int pos = keep + drop; pos < end; pos++) {
+            /* through floats, so that the int8 cache requantizes the turned key */
+            for (int h = 0; h < keys->n_kv_heads; h++) {
+                float *key = s->k + (size_t)h * head_size;
+                memmove(key, cache_row(keys, l, h, pos, key), head_size * sizeof(float));
+                rotate_back(key, head_size, cos_back, sin_back);
+            }
+            cache_store(keys, l, pos - drop, s->k, quantize);
+        }
+        cache_move(&s->value_cache, l, keep, keep + drop, end - keep - drop);
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Loading a checkpoint                                                       */
 
 #define HEADER_MAGIC 0x616b3432u /* "ak42" */
 #define HEADER_SIZE 256
@@ -371,56 +708,7 @@ static void close_checkpoint(Checkpoint *ck) {
 }
 
 /* ------------------------------------------------------------------------- */
-/* Run state: every buffer forward() needs, allocated once                    */
-
-/* int8 values with one scale per group, for the version 2 matmuls. */
-typedef struct {
-    int8_t *q;
-    float *scale;
-} QuantizedVector;
-
-/* The KV cache's element type, chosen with -c. */
-typedef enum { CACHE_FP32, CACHE_INT8 } CacheType;
-
-/* The keys (or the values) of every layer and position: fp32, or int8 with
-   one scale per KV head and position, quantized like a weight group
-   (quantize() with groups of head_size). The int8 cache keeps each KV head's
-   positions together, because attention reads one head at a time: one
-   stream of head_size-byte rows rather than rows kv_dim apart (at position
-   2000 of the 1.1B shape, its attention is 12% faster so). */
-typedef struct {
-    float *f32;   /* fp32: [n_layers][n_pos][kv_dim]; NULL when int8 */
-    int8_t *q;    /* int8: [n_layers][n_kv_heads][n_pos][head_size] */
-    float *scale; /* int8: [n_layers][n_kv_heads][n_pos] */
-    int n_pos, kv_dim, head_size;
-} CacheTensor;
-
-/* One KV head of one layer, as attention reads it: row t holds position t. */
-typedef struct {
-    const float *f32;   /* fp32: position 0's first value, rows row_stride apart */
-    const int8_t *q;    /* int8: the same, as int8 */
-    const float *scale; /* int8: position t's scale is scale[t * scale_stride] */
-    size_t row_stride;  /* fp32: kv_dim; int8: head_size */
-    size_t scale_stride; /* int8: 1 */
-} CacheHead;
-
-typedef struct {
-    float *x;      /* residual stream [dim] */
-    float *xb;     /* normalised x, then attention output [dim] */
-    float *xb2;    /* projection output [dim] */
-    float *hb;     /* feed-forward gate [hidden_dim] */
-    float *hb2;    /* feed-forward up [hidden_dim] */
-    float *q;      /* query [dim] */
-    float *k;      /* this position's key [kv_dim], on its way into the cache */
-    float *v;      /* and its value [kv_dim] */
-    float *att;    /* one head's attention scores [n_pos] */
-    float *logits; /* [vocab_size] */
-    CacheTensor keys, values; /* the KV cache */
-    float *rope_cos;    /* [n_pos][head_size / 2] */
-    float *rope_sin;
-    QuantizedVector xq; /* version 2: a matmul's input in int8 [max(dim, hidden_dim)] */
-    int n_pos;          /* positions the caches and RoPE tables hold */
-} RunState;
+/* Allocating the run state                                                   */
 
 /* A zeroed buffer for the KV cache, which every token reads through: 2 MB
    aligned and, in its whole 2 MB pieces, marked for transparent huge pages, so
@@ -437,18 +725,21 @@ static void *alloc_cache(size_t count, size_t size) {
     return p;
 }
 
-static void init_cache_tensor(CacheTensor *t, const Config *c, int n_pos, CacheType type) {
-    t->head_size = c->dim / c->n_heads;
-    t->kv_dim = t->head_size * c->n_kv_heads;
-    t->n_pos = n_pos;
-    size_t rows = (size_t)c->n_layers * n_pos;
-    t->f32 = type == CACHE_FP32 ? alloc_cache(rows * t->kv_dim, sizeof(float)) : NULL;
-    t->q = type == CACHE_INT8 ? alloc_cache(rows * t->kv_dim, 1) : NULL;
-    t->scale = type == CACHE_INT8 ? alloc_cache(rows * c->n_kv_heads, sizeof(float)) : NULL;
+/* The KV cache's element type, chosen with -c. */
+typedef enum { CACHE_FP32, CACHE_INT8 } CacheType;
+
+static void init_kv_cache(KVCache *c, const Config *config, int n_pos, CacheType type) {
+    c->n_pos = n_pos;
+    c->n_kv_heads = config->n_kv_heads;
+    c->head_size = config->dim / config->n_heads;
+    size_t rows = (size_t)config->n_layers * config->n_kv_heads * n_pos;
+    c->f32 = type == CACHE_FP32 ? alloc_cache(rows * c->head_size, sizeof(float)) : NULL;
+    c->q = type == CACHE_INT8 ? alloc_cache(rows * c->head_size, 1) : NULL;
+    c->scale = type == CACHE_INT8 ? alloc_cache(rows, sizeof(float)) : NULL;
 }
 
-static void free_cache_tensor(CacheTensor *t) {
-    free(t->f32); free(t->q); free(t->scale);
+static void free_kv_cache(KVCache *c) {
+    free(c->f32); free(c->q); free(c->scale);
 }
 
 /* The angle per position of pair i/2 (i even) of every head: theta^(-i/head_size),
@@ -471,8 +762,8 @@ static float rope_frequency(const Config *c, int i, int head_size) {
 
 /* Buffers for positions 0 .. n_pos - 1: the context (generate and chat shift it when it is full). */
 static void init_run_state(RunState *s, const Config *c, int n_pos, CacheType cache) {
-    size_t kv_dim = (size_t)c->dim / c->n_heads * c->n_kv_heads;
     size_t head_size = c->dim / c->n_heads;
+    size_t kv_dim = head_size * c->n_kv_heads;
     size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     s->n_pos = n_pos;
     s->x = xcalloc(c->dim, sizeof(float));
@@ -484,11 +775,12 @@ static void init_run_state(RunState *s, const Config *c, int n_pos, CacheType ca
     s->k = xcalloc(kv_dim, sizeof(float));
     s->v = xcalloc(kv_dim, sizeof(float));
     s->att = xcalloc(n_pos, sizeof(float));
+    s->row = xcalloc(head_size, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
-    init_cache_tensor(&s->keys, c, n_pos, cache);
-    init_cache_tensor(&s->values, c, n_pos, cache);
-    s->xq.q = xcalloc(widest, 1);
-    s->xq.scale = xcalloc(widest, sizeof(float));
+    init_kv_cache(&s->key_cache, c, n_pos, cache);
+    init_kv_cache(&s->value_cache, c, n_pos, cache);
+    s->xq = xcalloc(widest, 1);
+    s->xq_scale = xcalloc(widest, sizeof(float));
     /* RoPE angles depend only on position and pair index: compute them once */
     s->rope_cos = xcalloc((size_t)n_pos * head_size / 2, sizeof(float));
     s->rope_sin = xcalloc((size_t)n_pos * head_size / 2, sizeof(float));
@@ -504,316 +796,11 @@ static void init_run_state(RunState *s, const Config *c, int n_pos, CacheType ca
 
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->k); free(s->v);
-    free(s->att); free(s->logits);
-    free_cache_tensor(&s->keys); free_cache_tensor(&s->values);
-    free(s->xq.q); free(s->xq.scale); free(s->rope_cos); free(s->rope_sin);
+    free(s->att); free(s->row); free(s->logits);
+    free_kv_cache(&s->key_cache); free_kv_cache(&s->value_cache);
+    free(s->xq); free(s->xq_scale); free(s->rope_cos); free(s->rope_sin);
 }
 
-/* ------------------------------------------------------------------------- */
-/* Math blocks                                                                */
-
-/* out = x / rms(x) * weight, rms(x) = sqrt(mean(x^2) + eps). out may be x. */
-static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
-    float ss = 0.0f;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    ss /= n;
-    ss += eps;
-    ss = 1.0f / sqrtf(ss);
-    for (int i = 0; i < n; i++) out[i] = weight[i] * (ss * x[i]);
-}
-
-/* In place: x = exp(x - max) / sum(exp(x - max)); subtracting the max keeps
-   exp() from overflowing without changing the result. */
-static void softmax(float *x, int n) {
-    float max_val = x[0];
-    for (int i = 1; i < n; i++)
-        if (x[i] > max_val) max_val = x[i];
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max_val);
-        sum += x[i];
-    }
-    for (int i = 0; i < n; i++) x[i] /= sum;
-}
-
-/* -log softmax(logits)[target], the model's surprise at `target`: the log of
-   the sum of exp(logits) minus the target's logit. In double, with the max
-   taken out before exp() (log-sum-exp), so no sum overflows or loses the
-   small terms. */
-static double negative_log_likelihood(const float *logits, int n, int target) {
-    float max_val = logits[0];
-    for (int i = 1; i < n; i++)
-        if (logits[i] > max_val) max_val = logits[i];
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - max_val);
-    return max_val + log(sum) - logits[target];
-}
-
-/* out[i] = W[i] . x for the rows i in [begin, end) of W [d][n]. */
-static void matvec(float *out, const float *x, const float *w, int n, int begin, int end) {
-    for (int i = begin; i < end; i++) {
-        const float *row = w + (size_t)i * n;
-        float val = 0.0f;
-        for (int j = 0; j < n; j++) val += row[j] * x[j];
-        out[i] = val;
-    }
-}
-
-/* Symmetric int8 quantization per group: scale = max|x| / 127, q = round(x / scale). */
-static void quantize(int8_t *q, float *scale, const float *x, int n, int group_size) {
-    for (int g = 0; g < n / group_size; g++) {
-        const float *group = x + g * group_size;
-        float max_abs = 0.0f;
-        for (int i = 0; i < group_size; i++) {
-            float a = fabsf(group[i]);
-            if (a > max_abs) max_abs = a;
-        }
-        float s = max_abs / 127.0f;
-        scale[g] = s;
-        for (int i = 0; i < group_size; i++) {
-            /* roundf (half away from zero), written so that it vectorizes: the
-               fraction v - trunc(v) of a float is exact */
-            float v = s > 0 ? group[i] / s : 0.0f, r = truncf(v);
-            if (fabsf(v - r) >= 0.5f) r += v > 0 ? 1.0f : -1.0f;
-            q[g * group_size + i] = r >= -127 && r <= 127 ? (int8_t)r : 0; /* NaN from a broken model: 0 */
-        }
-    }
-}
-
-/* out[i] = W[i] . x with both sides int8, for rows [begin, end): an integer dot
-   product per group, scaled by the weight group's and the input group's scales. */
-static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                      int begin, int end) {
-    for (int i = begin; i < end; i++) {
-        const int8_t *row = w->q + (size_t)i * n;
-        const float *row_scale = w->scale + (size_t)i * n / group_size;
-        float val = 0.0f;
-        for (int j = 0; j < n; j += group_size) {
-            int32_t ival = 0;
-            for (int k = 0; k < group_size; k++) ival += (int32_t)xq[j + k] * row[j + k];
-            val += (float)ival * row_scale[j / group_size] * xs[j / group_size];
-        }
-        out[i] = val;
-    }
-}
-
-/* out = W x for a weight matrix W [d][n], fp32 or int8 (then x is quantized
-   first, in groups like the weights). */
-static void linear(float *out, const float *x, const Matrix *w, int n, int d, QuantizedVector *xq, int group_size) {
-    if (w->f32) {
-        matvec(out, x, w->f32, n, 0, d);
-    } else {
-        quantize(xq->q, xq->scale, x, n, group_size);
-        matvec_q8(out, xq->q, xq->scale, w, n, group_size, 0, d);
-    }
-}
-
-/* Row `token` of the embedding table, dequantized when stored as int8. */
-static void embed(float *out, const Matrix *table, int token, int dim, int group_size) {
-    if (table->f32) {
-        memcpy(out, table->f32 + (size_t)token * dim, dim * sizeof(float));
-    } else {
-        const int8_t *q = table->q + (size_t)token * dim;
-        const float *scale = table->scale + (size_t)token * dim / group_size;
-        for (int i = 0; i < dim; i++) out[i] = q[i] * scale[i / group_size];
-    }
-}
-
-/* Rotary position embedding: each adjacent pair (v[2i], v[2i+1]) of every head
-   is rotated by the angle pos * theta^(-2i/head_size) (see rope_frequency()). */
-static void rope(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos) {
-    for (float *head = v; head < v + n; head += head_size)
-        for (int i = 0; i < head_size; i += 2) {
-            float fcr = cos_pos[i / 2], fci = sin_pos[i / 2];
-            float v0 = head[i], v1 = head[i + 1];
-            head[i] = v0 * fcr - v1 * fci;
-            head[i + 1] = v0 * fci + v1 * fcr;
-        }
-}
-
-/* SwiGLU: hb = silu(hb) * hb2, silu(x) = x * sigmoid(x). */
-static void swiglu(float *hb, const float *hb2, int n) {
-    for (int i = 0; i < n; i++) {
-        float val = hb[i];
-        val *= 1.0f / (1.0f + expf(-val));
-        val *= hb2[i];
-        hb[i] = val;
-    }
-}
-
-static void add(float *x, const float *y, int n) {
-    for (int i = 0; i < n; i++) x[i] += y[i];
-}
-
-/* ------------------------------------------------------------------------- */
-/* The KV cache: rows in, and attention reading them                          */
-
-/* fp32: where the kv_dim values of one layer and position start. */
-static size_t cache_offset(const CacheTensor *t, int layer, int pos) {
-    return ((size_t)layer * t->n_pos + pos) * t->kv_dim;
-}
-/* int8: the index of one layer, KV head and position's scale; its head_size
-   values start at this index times head_size. */
-static size_t cache_head_index(const CacheTensor *t, int layer, int kv_head, int pos) {
-    return ((size_t)layer * (t->kv_dim / t->head_size) + kv_head) * t->n_pos + pos;
-}
-
-/* Stores the kv_dim values of one layer's key (or value) at one position; the
-   int8 cache quantizes each KV head's head_size values with their own scale,
-   by quantize() or (Part II) its fast twin. */
-typedef void (*QuantizeFn)(int8_t *q, float *scale, const float *x, int n, int group_size);
-static void cache_store(CacheTensor *t, int layer, int pos, const float *row, QuantizeFn quantize_head) {
-    if (t->f32) {
-        memcpy(t->f32 + cache_offset(t, layer, pos), row, t->kv_dim * sizeof(float));
-        return;
-    }
-    for (int h = 0; h < t->kv_dim / t->head_size; h++) {
-        size_t head = cache_head_index(t, layer, h, pos);
-        quantize_head(t->q + head * t->head_size, t->scale + head, row + h * t->head_size, t->head_size, t->head_size);
-    }
-}
-
-/* The kv_dim values stored at one layer and position, as floats (int8: each
-   value times its head's scale). Attention reads the cache through cache_at()
-   and Part II's tiles; this whole-row read is for work on the cache itself
-   (the context shift). */
-static void cache_load(float *row, const CacheTensor *t, int layer, int pos) {
-    if (t->f32) {
-        memcpy(row, t->f32 + cache_offset(t, layer, pos), t->kv_dim * sizeof(float));
-        return;
-    }
-    for (int h = 0; h < t->kv_dim / t->head_size; h++) {
-        size_t head = cache_head_index(t, layer, h, pos);
-        for (int i = 0; i < t->head_size; i++)
-            row[h * t->head_size + i] = (float)t->q[head * t->head_size + i] * t->scale[head];
-    }
-}
-
-/* Moves the rows of positions [from, from + count) of one layer to [to, to + count), as stored. */
-static void cache_move(CacheTensor *t, int layer, int to, int from, int count) {
-    if (t->f32) {
-        memmove(t->f32 + cache_offset(t, layer, to), t->f32 + cache_offset(t, layer, from),
-                (size_t)count * t->kv_dim * sizeof(float));
-        return;
-    }
-    for (int h = 0; h < t->kv_dim / t->head_size; h++) {
-        size_t dst = cache_head_index(t, layer, h, to), src = cache_head_index(t, layer, h, from);
-        memmove(t->q + dst * t->head_size, t->q + src * t->head_size, (size_t)count * t->head_size);
-        memmove(t->scale + dst, t->scale + src, count * sizeof(float));
-    }
-}
-
-/* KV head kv_head of layer `layer`, from position 0 on. */
-static CacheHead cache_head(const CacheTensor *t, int layer, int kv_head) {
-    if (t->f32) return (CacheHead){.f32 = t->f32 + cache_offset(t, layer, 0) + (size_t)kv_head * t->head_size,
-                                   .row_stride = t->kv_dim};
-    size_t head = cache_head_index(t, layer, kv_head, 0);
-    return (CacheHead){.q = t->q + head * t->head_size, .scale = t->scale + head, .row_stride = t->head_size,
-                       .scale_stride = 1};
-}
-
-/* Value i of position t's row: as stored, or (int8) times its scale. */
-static inline float cache_at(const CacheHead *h, int t, int i) {
-    if (h->f32) return h->f32[t * h->row_stride + i];
-    return (float)h->q[t * h->row_stride + i] * h->scale[t * h->scale_stride];
-}
-
-/* One query head attending over positions 0..pos of its key/value head:
-   scores q.k / sqrt(head_size), softmaxed, then the values mixed by them. */
-static void attention_head(float *out, const float *q, const CacheHead *keys, const CacheHead *values, float *att,
-                           int pos, int head_size) {
-    for (int t = 0; t <= pos; t++) {
-        float score = 0.0f;
-        for (int i = 0; i < head_size; i++) score += cache_at(keys, t, i) * q[i];
-        att[t] = score / sqrtf(head_size);
-    }
-    softmax(att, pos + 1);
-    memset(out, 0, head_size * sizeof(float));
-    for (int t = 0; t <= pos; t++)
-        for (int i = 0; i < head_size; i++) out[i] += att[t] * cache_at(values, t, i);
-}
-
-/* ------------------------------------------------------------------------- */
-/* forward(): one token at one position in, logits over the vocabulary out    */
-
-/* (Builds with Part II run forward_batch() instead, which the tests compare with this.) */
-__attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
-    const Config *c = &ck->config;
-    const Weights *w = &ck->weights;
-    int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
-    int head_size = dim / c->n_heads;
-    int kv_dim = head_size * c->n_kv_heads;
-    int heads_per_kv = c->n_heads / c->n_kv_heads; /* query heads sharing a key/value head */
-    const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2, *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
-
-    embed(s->x, &w->token_embedding, token, dim, gs);
-
-    for (int l = 0; l < c->n_layers; l++) {
-        /* attention: q, k, v from the normalised stream; k and v go into the
-           cache row of this position, and the heads read the cache */
-        rmsnorm(s->xb, s->x, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
-        linear(s->q, s->xb, &w->wq[l], dim, dim, &s->xq, gs);
-        linear(s->k, s->xb, &w->wk[l], dim, kv_dim, &s->xq, gs);
-        linear(s->v, s->xb, &w->wv[l], dim, kv_dim, &s->xq, gs);
-        rope(s->q, dim, head_size, cos_pos, sin_pos);
-        rope(s->k, kv_dim, head_size, cos_pos, sin_pos);
-        cache_store(&s->keys, l, pos, s->k, quantize);
-        cache_store(&s->values, l, pos, s->v, quantize);
-        for (int h = 0; h < c->n_heads; h++) {
-            CacheHead keys = cache_head(&s->keys, l, h / heads_per_kv);
-            CacheHead values = cache_head(&s->values, l, h / heads_per_kv);
-            attention_head(s->xb + h * head_size, s->q + h * head_size, &keys, &values, s->att, pos, head_size);
-        }
-        linear(s->xb2, s->xb, &w->wo[l], dim, dim, &s->xq, gs);
-        add(s->x, s->xb2, dim);
-
-        /* feed-forward: w2(silu(w1 x) * w3 x) */
-        rmsnorm(s->xb, s->x, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
-        linear(s->hb, s->xb, &w->w1[l], dim, hidden_dim, &s->xq, gs);
-        linear(s->hb2, s->xb, &w->w3[l], dim, hidden_dim, &s->xq, gs);
-        swiglu(s->hb, s->hb2, hidden_dim);
-        linear(s->xb, s->hb, &w->w2[l], hidden_dim, dim, &s->xq, gs);
-        add(s->x, s->xb, dim);
-    }
-
-    rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
-    linear(s->logits, s->x, &w->classifier, dim, c->vocab_size, &s->xq, gs);
-    return s->logits;
-}
-/* ------------------------------------------------------------------------- */
-/* Context shift: making room in a full cache without running the model again */
-
-/* One head's key turned back, in place, by the angles cos_back/sin_back of
-   each pair: (k0, k1) rotated by -angle. */
-static void rotate_back(float *key, int head_size, const float *cos_back, const float *sin_back) {
-    for (int i = 0; i < head_size; i += 2) {
-        float c = cos_back[i / 2], s = sin_back[i / 2];
-        float k0 = key[i], k1 = key[i + 1];
-        key[i] = k0 * c + k1 * s;
-        key[i + 1] = k1 * c - k0 * s;
-    }
-}
-
-/* Drops the cache rows [keep, keep + drop) of every layer and moves the rows
-   [keep + drop, end) down by `drop`. A cached key is RoPE(Wk x) at its
-   position; rotations add up, so turning each pair back by drop times its
-   frequency gives the key of the same token `drop` positions earlier, with the
-   RoPE tables' own angles (Llama 3's scaling included). Values carry no
-   position: they only move. The layers are not run again. */
-static void shift_cache(RunState *s, const Config *c, int keep, int drop, int end) {
-    int head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
-    const float *cos_back = s->rope_cos + (size_t)drop * head_size / 2; /* the angles of `drop` positions */
-    const float *sin_back = s->rope_sin + (size_t)drop * head_size / 2;
-    for (int l = 0; l < c->n_layers; l++) {
-        for (int pos = keep + drop; pos < end; pos++) {
-            /* through floats, so that the int8 cache requantizes the turned key */
-            cache_load(s->k, &s->keys, l, pos);
-            for (int h = 0; h < kv_dim; h += head_size) rotate_back(s->k + h, head_size, cos_back, sin_back);
-            cache_store(&s->keys, l, pos - drop, s->k, quantize);
-        }
-        cache_move(&s->values, l, keep, keep + drop, end - keep - drop);
-    }
-}
 
 /* ------------------------------------------------------------------------- */
 /* Tokenizer: text <-> token ids. Two kinds: SentencePiece BPE (Llama 2,       */
@@ -1438,6 +1425,7 @@ static void sampling_distribution(Sampler *s, float *logits) {
     for (int i = 0; i < kept; i++) logits[s->probindex[i].index] = s->probindex[i].prob / total;
 }
 
+
 /* ========================================================================= */
 /* PART II: THE SPEED                                                        */
 /*                                                                           */
@@ -1619,11 +1607,12 @@ typedef struct {
     void (*softmax)(float *x, int n);
     void (*swiglu)(float *hb, const float *hb2, int n);
     /* attention_head() for the n_heads query heads of n_tokens consecutive
-       tokens (positions pos, pos + 1, ...) that share one KV head; q and out
-       are rows of dim floats from the first of those heads on; att holds 8
-       rows of att_stride floats; the cache is fp32 or int8 */
-    void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
-                            const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads);
+       tokens (positions pos, pos + 1, ...) that share KV head kv_head of the
+       layer; q and out are rows of dim floats from the first of those heads
+       on; att holds 8 rows of att_stride floats, row one cache row */
+    void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
+                            const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
+                            int n_heads);
     /* Batched matmuls, T > 1 tokens at once, each weight read once for all:
        out[t * out_stride + i] = W[i] . x[t] for rows [begin, end). prepare_*
        lays the input out once (x [T][n], or quantize()'s int8 values and
@@ -1642,13 +1631,14 @@ typedef struct {
 
 static int cpu_has_always(void) { return 1; }
 
-static void attention_block_plain(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
-                                  const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads) {
+static void attention_block_plain(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
+                                  const KVCache *values, int layer, int kv_head, float *att, size_t att_stride,
+                                  float *row, int n_heads) {
     (void)att_stride;
     for (int t = 0; t < n_tokens; t++)
         for (int h = 0; h < n_heads; h++) {
-            size_t offset = (size_t)t * dim + h * head_size;
-            attention_head(out + offset, q + offset, keys, values, att, pos + t, head_size);
+            size_t offset = (size_t)t * dim + (size_t)h * keys->head_size;
+            attention_head(out + offset, q + offset, keys, values, layer, kv_head, pos + t, att, row);
         }
 }
 
@@ -1710,30 +1700,28 @@ attention_queries(const float **query, float **query_out, int *last, const float
 #define KV_PREFETCH_ROWS 16
 
 /* Positions per tile: a multiple of 16 when 16 rows fit, 0 when not one does. */
-static inline int kv_tile_positions(const CacheHead *h, int n_keys, int head_size) {
-    if (h->f32) return n_keys;
-    int n = KV_TILE_FLOATS / head_size;
+static inline int kv_tile_positions(const KVCache *c, int n_keys) {
+    if (c->f32) return n_keys;
+    int n = KV_TILE_FLOATS / c->head_size;
     return n >= 16 ? n / 16 * 16 : n;
 }
 
-/* Rows t0 .. t0 + n - 1 of a KV head as floats, *stride apart: the fp32
-   cache's own, or the int8 ones dequantized into tile, each value as
-   cache_at() gives it. */
+/* Rows t0 .. t0 + n - 1 of one KV head as floats, *stride apart: the fp32
+   cache's own, or the int8 ones dequantized into tile by cache_row(). */
 static inline __attribute__((always_inline)) const float *
-kv_tile(const CacheHead *h, int t0, int n, int head_size, float *tile, size_t *stride) {
-    if (h->f32) {
-        *stride = h->row_stride;
-        return h->f32 + t0 * h->row_stride;
+kv_tile(const KVCache *c, int layer, int kv_head, int t0, int n, float *tile, size_t *stride) {
+    if (c->f32) {
+        *stride = (size_t)c->n_kv_heads * c->head_size;
+        return cache_row(c, layer, kv_head, t0, NULL);
     }
     for (int t = 0; t < n; t++) {
-        const int8_t *q = h->q + (t0 + t) * h->row_stride;
-        float scale = h->scale[(t0 + t) * h->scale_stride];
         /* ask for the row KV_PREFETCH_ROWS on now, ahead of the hardware
            prefetcher (attention at the 1.1B shape's position 2000: about 4% faster) */
-        for (int i = 0; i < head_size; i += 64) prefetch(q + i, KV_PREFETCH_ROWS * h->row_stride);
-        for (int i = 0; i < head_size; i++) tile[t * head_size + i] = (float)q[i] * scale;
+        const int8_t *q = c->q + cache_index(c, layer, kv_head, t0 + t);
+        for (int i = 0; i < c->head_size; i += 64) prefetch(q + i, KV_PREFETCH_ROWS * c->head_size);
+        cache_row(c, layer, kv_head, t0 + t, tile + (size_t)t * c->head_size);
     }
-    *stride = head_size;
+    *stride = c->head_size;
     return tile;
 }
 
@@ -2086,10 +2074,11 @@ weighted_values_avx512(float *const *out, const float *att, size_t att_stride, c
    holds 8 rows of att_stride. The keys, then the values, come a tile at a
    time (kv_tile()). */
 static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos,
-                                          const CacheHead *keys, const CacheHead *values, float *att,
-                                          size_t att_stride, int head_size, int n_heads) {
+                                          const KVCache *keys, const KVCache *values, int layer, int kv_head,
+                                          float *att, size_t att_stride, float *row, int n_heads) {
+    int head_size = keys->head_size;
     if (head_size % 16 || head_size > 128) {
-        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, n_heads);
+        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads);
         return;
     }
     float tile[KV_TILE_FLOATS];
@@ -2102,12 +2091,12 @@ static AVX512 void attention_block_avx512(float *out, const float *q, int n_toke
         /* scores up to the latest position any of them sees, for 1, 2, 4 or 8
            queries (extra rows of att get copies of the last query's scores) */
         int n_keys = last[count - 1] + 1, padded = count == 1 ? 1 : count == 2 ? 2 : count <= 4 ? 4 : 8;
-        int per_tile = kv_tile_positions(keys, n_keys, head_size);
+        int per_tile = kv_tile_positions(keys, n_keys);
         for (int k = count; k < padded; k++) query[k] = query[count - 1];
         for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
             int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
             size_t stride;
-            const float *rows = kv_tile(keys, t0, n, head_size, tile, &stride);
+            const float *rows = kv_tile(keys, layer, kv_head, t0, n, tile, &stride);
             scores_padded_avx512(att + t0, att_stride, query, padded, rows, n, head_size, stride);
         }
         int n_seen[8];
@@ -2120,7 +2109,7 @@ static AVX512 void attention_block_avx512(float *out, const float *q, int n_toke
         for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
             int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
             size_t stride;
-            const float *rows = kv_tile(values, t0, n, head_size, tile, &stride);
+            const float *rows = kv_tile(values, layer, kv_head, t0, n, tile, &stride);
             weighted_values_avx512(query_out, att, att_stride, last, count, rows, stride, head_size, t0, t0 + n);
         }
     }
@@ -3238,11 +3227,12 @@ weighted_values_body(float *const *out, const float *const *a, const int *n_keys
    padded with a copy of its last query into att's 4th row). The keys, then
    the values, come a tile at a time (kv_tile()). */
 static inline __attribute__((always_inline)) void
-attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
-                     const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads, ExpFn exp4,
-                     TransposeFn transpose) {
-    if (kv_tile_positions(keys, pos + n_tokens, head_size) == 0) {
-        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, n_heads);
+attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
+                     const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
+                     int n_heads, ExpFn exp4, TransposeFn transpose) {
+    int head_size = keys->head_size;
+    if (kv_tile_positions(keys, pos + n_tokens) == 0) {
+        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads);
         return;
     }
     float tile[KV_TILE_FLOATS];
@@ -3252,12 +3242,12 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         const float *query[4];
         float *query_out[4];
         attention_queries(query, query_out, last, q, out, first, count, n_heads, dim, head_size, pos);
-        int n_keys = last[count - 1] + 1, per_tile = kv_tile_positions(keys, n_keys, head_size);
+        int n_keys = last[count - 1] + 1, per_tile = kv_tile_positions(keys, n_keys);
         if (count == 3) query[3] = query[2];
         for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
             int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
             size_t stride;
-            const float *rows = kv_tile(keys, t0, n, head_size, tile, &stride);
+            const float *rows = kv_tile(keys, layer, kv_head, t0, n, tile, &stride);
             switch (count) {
             case 1: scores_body(att + t0, att_stride, query, 1, rows, n, head_size, stride, transpose); break;
             case 2: scores_body(att + t0, att_stride, query, 2, rows, n, head_size, stride, transpose); break;
@@ -3280,7 +3270,7 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
             int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
             size_t stride;
-            const float *rows = kv_tile(values, t0, n, head_size, tile, &stride);
+            const float *rows = kv_tile(values, layer, kv_head, t0, n, tile, &stride);
             int seen[4]; /* of this tile's positions, by each query; never decreasing */
             const float *a[4];
             for (int k = 0; k < count; k++) {
@@ -3386,9 +3376,10 @@ static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out
 static AVX2 void softmax_avx2(float *x, int n) { softmax_body(x, n, expf4_avx2); }
 static AVX2 void swiglu_avx2(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_avx2); }
 static AVX2 void
-attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
-                     const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, n_heads,
+attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
+                     const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
+                     int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads,
                          expf4_avx2, transpose8_avx2);
 }
 
@@ -3446,9 +3437,10 @@ static void prepare_q8_pairs_neon(void *scratch, const int8_t *xq, const float *
 static void softmax_neon(float *x, int n) { softmax_body(x, n, expf4_neon); }
 static void swiglu_neon(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_neon); }
 static void
-attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const CacheHead *keys,
-                     const CacheHead *values, float *att, size_t att_stride, int head_size, int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, att, att_stride, head_size, n_heads,
+attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
+                     const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
+                     int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads,
                          expf4_neon, transpose8);
 }
 #endif
@@ -3586,7 +3578,9 @@ typedef struct {
     float *k;   /* keys [MAX_BATCH][kv_dim], on their way into the cache */
     float *v;   /* values [MAX_BATCH][kv_dim] */
     float *att; /* attention scores, per thread a row for each of 8 queries [n_threads][8][n_pos] */
-    QuantizedVector xq; /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
+    float *rows; /* per thread one dequantized cache row [n_threads][head_size] */
+    int8_t *xq;      /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
+    float *xq_scale; /* and their scales [MAX_BATCH][widest / group_size] */
     float *x_t;         /* a batched fp32 matmul's input, as the kernel set lays it out [widest][MAX_BATCH] */
     void *q8_tokens;    /* the same for int8 */
     float *out_t;       /* batched matmuls' outputs before transposing back [rows of all projections][MAX_BATCH] */
@@ -3615,13 +3609,15 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
     b->hb = batch_buffer(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     b->hb2 = batch_buffer(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     b->q = batch_buffer(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    b->k = batch_buffer(MAX_BATCH * (size_t)s->keys.kv_dim, sizeof(float));
-    b->v = batch_buffer(MAX_BATCH * (size_t)s->keys.kv_dim, sizeof(float));
+    size_t head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    b->k = batch_buffer(MAX_BATCH * kv_dim, sizeof(float));
+    b->v = batch_buffer(MAX_BATCH * kv_dim, sizeof(float));
     b->att = batch_buffer((size_t)n_threads * 8 * s->n_pos, sizeof(float));
+    b->rows = batch_buffer((size_t)n_threads * head_size, sizeof(float));
     if (c->version == 2) { /* every matrix int8 */
         size_t groups = widest / c->group_size;
-        b->xq.q = batch_buffer(MAX_BATCH * widest, 1);
-        b->xq.scale = batch_buffer(MAX_BATCH * groups, sizeof(float));
+        b->xq = batch_buffer(MAX_BATCH * widest, 1);
+        b->xq_scale = batch_buffer(MAX_BATCH * groups, sizeof(float));
         /* values in 4-byte slots for every 2 of them at most, plus two numbers per group and token */
         b->q8_tokens = batch_buffer(MAX_BATCH * (2 * widest + 8 * groups), 1);
     } else {
@@ -3636,7 +3632,7 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
 
 static void free_batch(Batch *b) {
     free(b->x); free(b->xb); free(b->xb2); free(b->hb); free(b->hb2); free(b->q); free(b->k); free(b->v); free(b->att);
-    free(b->xq.q); free(b->xq.scale); free(b->x_t); free(b->q8_tokens); free(b->out_t);
+    free(b->rows); free(b->xq); free(b->xq_scale); free(b->x_t); free(b->q8_tokens); free(b->out_t);
 }
 
 /* One weight matrix applied to every token of a batch: out[t][0..d) = W x[t],
@@ -3660,12 +3656,12 @@ typedef struct {
    kernel when it runs. */
 static void quantize_task(void *ctx, int begin, int end, int thread) {
     MatmulJob *job = ctx;
-    QuantizedVector xq = job->b->xq;
+    Batch *b = job->b;
     int n = job->n, gs = job->group_size, first = 16 * begin, last = 16 * end < job->T ? 16 * end : job->T;
     (void)thread;
-    kernels->quantize(xq.q + (size_t)first * n, xq.scale + (size_t)first * (n / gs), job->x + (size_t)first * n,
+    kernels->quantize(b->xq + (size_t)first * n, b->xq_scale + (size_t)first * (n / gs), job->x + (size_t)first * n,
                       (last - first) * n, gs);
-    if (job->batched) kernels->prepare_q8_tokens(job->b->q8_tokens, xq.q, xq.scale, n, gs, job->T, 16 * begin, 16 * end);
+    if (job->batched) kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, gs, job->T, 16 * begin, 16 * end);
 }
 
 /* Rows [begin, end) of one projection; out_t is its own scratch area. */
@@ -3680,7 +3676,7 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
     } else {
         for (int t = 0; t < T; t++) {
             float *out = proj->out + (size_t)t * d;
-            if (w->q) kernels->matvec_q8(out, b->xq.q + (size_t)t * n, b->xq.scale + (size_t)t * (n / gs), w, n, gs, begin, end);
+            if (w->q) kernels->matvec_q8(out, b->xq + (size_t)t * n, b->xq_scale + (size_t)t * (n / gs), w, n, gs, begin, end);
             else kernels->matvec(out, job->x + (size_t)t * n, w->f32, n, begin, end);
         }
     }
@@ -3788,10 +3784,10 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
         int first = unit / c->n_kv_heads * per_unit, kv_head = unit % c->n_kv_heads;
         int n_tokens = job->T - first < per_unit ? job->T - first : per_unit;
         size_t first_head = (size_t)first * c->dim + (size_t)kv_head * heads_per_kv * head_size;
-        CacheHead keys = cache_head(&s->keys, job->layer, kv_head);
-        CacheHead values = cache_head(&s->values, job->layer, kv_head);
-        kernels->attention_block(b->xb + first_head, b->q + first_head, n_tokens, c->dim, job->pos + first, &keys,
-                                 &values, b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, head_size, heads_per_kv);
+        kernels->attention_block(b->xb + first_head, b->q + first_head, n_tokens, c->dim, job->pos + first,
+                                 &s->key_cache, &s->value_cache, job->layer, kv_head,
+                                 b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, b->rows + (size_t)thread * head_size,
+                                 heads_per_kv);
     }
 }
 
@@ -3833,8 +3829,8 @@ static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, i
             const float *sin_pos = s->rope_sin + (size_t)(pos + t) * head_size / 2;
             rope(b->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
             rope(b->k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
-            cache_store(&s->keys, l, pos + t, b->k + (size_t)t * kv_dim, kernels->quantize);
-            cache_store(&s->values, l, pos + t, b->v + (size_t)t * kv_dim, kernels->quantize);
+            cache_store(&s->key_cache, l, pos + t, b->k + (size_t)t * kv_dim, kernels->quantize);
+            cache_store(&s->value_cache, l, pos + t, b->v + (size_t)t * kv_dim, kernels->quantize);
         }
         attention(b, c, l, T, pos);
         Projection wo = {&w->wo[l], b->xb2, dim};
@@ -4367,6 +4363,20 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
 
 /* ------------------------------------------------------------------------- */
 /* Perplexity                                                                 */
+
+/* -log softmax(logits)[target], the model's surprise at `target`: the log of
+   the sum of exp(logits) minus the target's logit. In double, with the max
+   taken out before exp() (log-sum-exp), so no sum overflows or loses the
+   small terms. */
+static double negative_log_likelihood(const float *logits, int n, int target) {
+    float max_val = logits[0];
+    for (int i = 1; i < n; i++)
+        if (logits[i] > max_val) max_val = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - max_val);
+    return max_val + log(sum) - logits[target];
+}
+
 
 /* How well the model predicts a text. The text, encoded without BOS, is cut
    into consecutive chunks of window - 1 tokens (the last may be shorter); each

@@ -368,43 +368,39 @@ static void test_rope_scaling(void) {
           rope_frequency(&mid, 2, 2), f);
 }
 
-/* n_keys rows of kv_dim floats quantized as the int8 cache stores them: per
-   row, one scale per head of head_size values. */
-typedef struct {
-    int8_t *q;
-    float *scale;
-} Int8Rows;
-
-static Int8Rows int8_rows(const float *rows, int n_keys, int kv_dim, int head_size) {
-    Int8Rows r = {malloc((size_t)n_keys * kv_dim), malloc((size_t)n_keys * (kv_dim / head_size) * sizeof(float))};
-    for (int t = 0; t < n_keys; t++)
-        quantize(r.q + (size_t)t * kv_dim, r.scale + (size_t)t * (kv_dim / head_size), rows + (size_t)t * kv_dim, kv_dim,
-                 head_size);
-    return r;
+/* n_keys rows of kv_dim floats as positions 0.. of a one-layer KV cache, fp32
+   or int8 (stored by cache_store(), whose quantization test_cache_quantization
+   checks). */
+static KVCache cache_of(const float *rows, int n_keys, int kv_dim, int head_size, int int8) {
+    Config c = {.dim = head_size, .n_heads = 1, .n_kv_heads = kv_dim / head_size, .n_layers = 1};
+    KVCache cache;
+    init_kv_cache(&cache, &c, n_keys, int8 ? CACHE_INT8 : CACHE_FP32);
+    for (int t = 0; t < n_keys; t++) cache_store(&cache, 0, t, rows + (size_t)t * kv_dim, quantize);
+    return cache;
 }
 
-/* A view of KV head 0 of rows kv_dim apart: fp32 rows, or their int8 copy. */
-static CacheHead fp32_head(const float *rows, int kv_dim) {
-    return (CacheHead){.f32 = rows, .row_stride = kv_dim};
-}
-static CacheHead int8_head(const Int8Rows *r, int kv_dim, int head_size) {
-    return (CacheHead){.q = r->q, .scale = r->scale, .row_stride = kv_dim, .scale_stride = kv_dim / head_size};
+/* The kv_dim values of one layer and position, as attention reads them (int8: q * scale). */
+static void load_kv(float *out, const KVCache *c, int layer, int pos) {
+    for (int h = 0; h < c->n_kv_heads; h++) {
+        float *row = out + (size_t)h * c->head_size;
+        memmove(row, cache_row(c, layer, h, pos, row), c->head_size * sizeof(float));
+    }
 }
 
 /* attention_head against softmax(qK/sqrt(d))V in double precision, with the
    fp32 cache and with the int8 one (whose K and V are q * scale). */
 static void test_attention(void) {
     enum { HS = 6, KV_DIM = 12, POS = 4 };
-    float q[HS], keys[(POS + 1) * KV_DIM], values[(POS + 1) * KV_DIM], att[POS + 1], out[HS];
+    float q[HS], keys[(POS + 1) * KV_DIM], values[(POS + 1) * KV_DIM], att[POS + 1], out[HS], row[HS];
     for (int i = 0; i < HS; i++) q[i] = lcg_uniform();
     for (int i = 0; i < (POS + 1) * KV_DIM; i++) keys[i] = lcg_uniform(), values[i] = lcg_uniform();
-    Int8Rows qk = int8_rows(keys, POS + 1, KV_DIM, HS), qv = int8_rows(values, POS + 1, KV_DIM, HS);
     for (int int8 = 0; int8 <= 1; int8++) {
+        KVCache kc = cache_of(keys, POS + 1, KV_DIM, HS, int8), vc = cache_of(values, POS + 1, KV_DIM, HS, int8);
         double ref[HS] = {0}, scores[POS + 1], sum = 0, k[POS + 1][HS], v[POS + 1][HS];
-        for (int t = 0; t <= POS; t++)
+        for (int t = 0; t <= POS; t++) /* int8: q * scale, from the cache's own arrays ([pos][head_size] for head 0) */
             for (int i = 0; i < HS; i++) {
-                k[t][i] = int8 ? (double)qk.q[t * KV_DIM + i] * qk.scale[t * KV_DIM / HS] : keys[t * KV_DIM + i];
-                v[t][i] = int8 ? (double)qv.q[t * KV_DIM + i] * qv.scale[t * KV_DIM / HS] : values[t * KV_DIM + i];
+                k[t][i] = int8 ? (double)kc.q[t * HS + i] * kc.scale[t] : keys[t * KV_DIM + i];
+                v[t][i] = int8 ? (double)vc.q[t * HS + i] * vc.scale[t] : values[t * KV_DIM + i];
             }
         for (int t = 0; t <= POS; t++) {
             double dot = 0;
@@ -414,13 +410,11 @@ static void test_attention(void) {
         }
         for (int t = 0; t <= POS; t++)
             for (int i = 0; i < HS; i++) ref[i] += scores[t] / sum * v[t][i];
-        CacheHead kh = int8 ? int8_head(&qk, KV_DIM, HS) : fp32_head(keys, KV_DIM);
-        CacheHead vh = int8 ? int8_head(&qv, KV_DIM, HS) : fp32_head(values, KV_DIM);
-        attention_head(out, q, &kh, &vh, att, POS, HS);
+        attention_head(out, q, &kc, &vc, 0, 0, POS, att, row);
         check(max_abs_diff(out, ref, HS) < 1e-6, "attention head (%s cache) differs from softmax(qK/sqrt(d))V",
               int8 ? "int8" : "fp32");
+        free_kv_cache(&kc), free_kv_cache(&vc);
     }
-    free(qk.q), free(qk.scale), free(qv.q), free(qv.scale);
 }
 
 /* The int8 cache against its definition: per KV head and position, scale =
@@ -434,7 +428,7 @@ static void test_cache_quantization(void) {
     RunState s8, s32;
     init_run_state(&s8, &c, c.seq_len, CACHE_INT8);
     init_run_state(&s32, &c, c.seq_len, CACHE_FP32);
-    check(s8.keys.f32 == NULL && s8.values.f32 == NULL && s32.keys.q == NULL,
+    check(s8.key_cache.f32 == NULL && s8.value_cache.f32 == NULL && s32.key_cache.q == NULL,
           "the int8 cache has no fp32 arrays, the fp32 cache no int8 ones");
     int ok_scale = 1, ok_round = 1, ok_error = 1, ok_max = 1, ok_zero = 1, ok_fp32 = 1;
     for (int layer = 0; layer < c.n_layers; layer++)
@@ -442,24 +436,24 @@ static void test_cache_quantization(void) {
             float *row = random_tensor(KV_DIM, pos + 1.5f, 0), back[KV_DIM];
             for (int i = 2 * HS; i < 3 * HS; i++) row[i] = 0; /* head 2: zeros */
             row[5] = -3 * (pos + 1.5f);                      /* head 0's largest is negative */
-            cache_store(&s8.values, layer, pos, row, quantize);
-            cache_store(&s32.values, layer, pos, row, quantize);
-            cache_load(back, &s8.values, layer, pos);
+            cache_store(&s8.value_cache, layer, pos, row, quantize);
+            cache_store(&s32.value_cache, layer, pos, row, quantize);
+            load_kv(back, &s8.value_cache, layer, pos);
             for (int h = 0; h < KV_DIM / HS; h++) {
                 double max_abs = 0;
                 for (int i = 0; i < HS; i++) max_abs = fmax(max_abs, fabs(row[h * HS + i]));
                 size_t head = ((size_t)layer * (KV_DIM / HS) + h) * c.seq_len + pos; /* [layer][head][pos] */
-                float scale = s8.values.scale[head];
+                float scale = s8.value_cache.scale[head];
                 ok_scale &= fabs(scale - max_abs / 127) <= 1e-7 * max_abs / 127;
                 if (max_abs == 0) ok_zero &= scale == 0;
                 for (int i = h * HS; i < (h + 1) * HS; i++) {
-                    int q = s8.values.q[head * HS + i % HS];
+                    int q = s8.value_cache.q[head * HS + i % HS];
                     ok_round &= max_abs == 0 ? q == 0 : fabs(q - row[i] / (double)scale) <= 0.5 + 1e-5;
                     ok_error &= fabs((double)back[i] - row[i]) <= scale / 2.0 * (1 + 1e-5);
                     if (fabs(row[i]) == max_abs && max_abs > 0) ok_max &= abs(q) == 127;
                 }
             }
-            cache_load(back, &s32.values, layer, pos);
+            load_kv(back, &s32.value_cache, layer, pos);
             ok_fp32 &= memcmp(back, row, sizeof back) == 0;
             free(row);
         }
@@ -489,22 +483,21 @@ static void test_attention_block(void) {
         float *q = random_tensor((size_t)n_tokens * dim, 2, 0), *keys = random_tensor((size_t)n_keys * kv_dim, 2, 0);
         float *values = random_tensor((size_t)n_keys * kv_dim, 1, 0), *att = calloc(8 * (size_t)n_keys, sizeof(float));
         float *plain = calloc((size_t)n_tokens * dim, sizeof(float)), *block = calloc((size_t)n_tokens * dim, sizeof(float));
-        Int8Rows qk = int8_rows(keys, n_keys, kv_dim, hs), qv = int8_rows(values, n_keys, kv_dim, hs);
+        float *row = malloc(hs * sizeof(float));
         for (int int8 = 0; int8 <= 1; int8++) {
-            CacheHead kh = int8 ? int8_head(&qk, kv_dim, hs) : fp32_head(keys, kv_dim);
-            CacheHead vh = int8 ? int8_head(&qv, kv_dim, hs) : fp32_head(values, kv_dim);
+            KVCache kc = cache_of(keys, n_keys, kv_dim, hs, int8), vc = cache_of(values, n_keys, kv_dim, hs, int8);
             for (int t = 0; t < n_tokens; t++)
                 for (int h = 0; h < n_heads; h++) {
                     size_t offset = (size_t)t * dim + h * hs;
-                    attention_head(plain + offset, q + offset, &kh, &vh, att, pos + t, hs);
+                    attention_head(plain + offset, q + offset, &kc, &vc, 0, 0, pos + t, att, row);
                 }
-            kernels->attention_block(block, q, n_tokens, dim, pos, &kh, &vh, att, n_keys, hs, n_heads);
+            kernels->attention_block(block, q, n_tokens, dim, pos, &kc, &vc, 0, 0, att, n_keys, row, n_heads);
             check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
                   "%s attention_block (%s cache, head size %d, %d tokens from position %d, %d heads) differs from "
                   "attention_head", kernels->name, int8 ? "int8" : "fp32", hs, n_tokens, pos, n_heads);
+            free_kv_cache(&kc), free_kv_cache(&vc);
         }
-        free(q), free(keys), free(values), free(att), free(plain), free(block);
-        free(qk.q), free(qk.scale), free(qv.q), free(qv.scale);
+        free(q), free(keys), free(values), free(att), free(plain), free(block), free(row);
     }
 }
 
@@ -998,8 +991,8 @@ static double forward_error(const char *path, const TinyModel *m, double theta, 
 }
 
 /* Whether two caches of one shape hold the same bytes. */
-static int same_cache(const CacheTensor *a, const CacheTensor *b, const Config *c) {
-    size_t rows = (size_t)c->n_layers * a->n_pos, values = rows * a->kv_dim, scales = rows * c->n_kv_heads;
+static int same_cache(const KVCache *a, const KVCache *b, const Config *c) {
+    size_t rows = (size_t)c->n_layers * a->n_kv_heads * a->n_pos, values = rows * a->head_size, scales = rows;
     if (a->f32) return b->f32 && memcmp(a->f32, b->f32, values * sizeof(float)) == 0;
     return b->q && memcmp(a->q, b->q, values) == 0 && memcmp(a->scale, b->scale, scales * sizeof(float)) == 0;
 }
@@ -1032,7 +1025,7 @@ static void test_batched_forward(const char *path, const char *what) {
             init_batch(&b, c, &many, 2, 0);
             int batch_same = memcmp(after_batch, forward_tokens(&ck, &b, tokens, n, 0), c->vocab_size * sizeof(float)) == 0;
             int step_same = memcmp(after_step, forward_tokens(&ck, &b, tokens + n, 1, n), c->vocab_size * sizeof(float)) == 0;
-            check(batch_same && step_same && same_cache(&one.keys, &many.keys, c) && same_cache(&one.values, &many.values, c),
+            check(batch_same && step_same && same_cache(&one.key_cache, &many.key_cache, c) && same_cache(&one.value_cache, &many.value_cache, c),
                   "%s: %d tokens as a batch, then one more, on 2 threads with the %s kernels and the %s cache differ "
                   "from forward() (batch logits %s, step logits %s)", what, n, kernels->name, cache_name,
                   batch_same ? "same" : "differ", step_same ? "same" : "differ");
@@ -2244,7 +2237,7 @@ static void test_speculative_flags(const char *model, const char *tokenizer) {
    2+ layers). */
 static double check_shifted_cache(const char *what, Model *m, const int *tokens, int rows, int shifts) {
     const Config *c = &m->ck.config;
-    const CacheTensor *keys = &m->state.keys, *values = &m->state.values;
+    const KVCache *keys = &m->state.key_cache, *values = &m->state.value_cache;
     int n_pos = m->state.n_pos, head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
     int int8 = keys->q != NULL;
     RunState fresh;
@@ -2256,8 +2249,8 @@ static double check_shifted_cache(const char *what, Model *m, const int *tokens,
     int values_same = 1;
     for (int layer = 0; layer < (c->n_layers > 1 ? 2 : 1); layer++)
         for (int pos = 0; pos < rows; pos++) {
-            cache_load(k, keys, layer, pos);
-            cache_load(want, &fresh.keys, layer, pos);
+            load_kv(k, keys, layer, pos);
+            load_kv(want, &fresh.key_cache, layer, pos);
             for (int i = 0; i < kv_dim; i += 2) {
                 double err = hypot(k[i] - want[i], k[i + 1] - want[i + 1]), norm = hypot(want[i], want[i + 1]);
                 if (layer == 1) {
@@ -2265,16 +2258,16 @@ static double check_shifted_cache(const char *what, Model *m, const int *tokens,
                     continue;
                 }
                 if (int8) { /* the quantization's part of the error, taken out (bounded above) */
-                    size_t head = cache_head_index(keys, 0, i / head_size, pos);
-                    double quantization = sqrt(2.0) * (keys->scale[head] / 2 + 1.5 * fresh.keys.scale[head]);
+                    size_t head = cache_index(keys, 0, i / head_size, pos) / head_size;
+                    double quantization = sqrt(2.0) * (keys->scale[head] / 2 + 1.5 * fresh.key_cache.scale[head]);
                     err = err > quantization ? err - quantization : 0;
                 }
                 double relative = err / (norm > 0 ? norm : 1);
                 worst = relative > worst ? relative : worst; /* not fmax(): see max_abs_diff() */
             }
             if (layer == 0) {
-                cache_load(k, values, 0, pos);
-                cache_load(want, &fresh.values, 0, pos);
+                load_kv(k, values, 0, pos);
+                load_kv(want, &fresh.value_cache, 0, pos);
                 values_same &= memcmp(k, want, kv_dim * sizeof(float)) == 0;
             }
         }
