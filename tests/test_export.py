@@ -850,6 +850,11 @@ def run_perplexity(model, tokenizer, *args, stdin=None):
 
 
 def test_perplexity(tokenizer):
+    """-m perplexity's numbers against the numpy reference, which shares no code with
+    run.c, on a 32000-piece model and a text with a two-byte letter; the text from -f
+    FILE and from stdin; the error lines. The windowing itself (a short last chunk, a
+    window in two batches of logits, the default window, text from -i) is checked by
+    test_all.c's test_perplexity_mode, against run.c's own forward()."""
     name = "-m perplexity"
     if tokenizer is None:
         skip(name, "no 32000-piece tokenizer.bin (../shared and ./tokenizer.bin missing)")
@@ -885,12 +890,10 @@ def test_perplexity(tokenizer):
     text_file = path("ppl.txt")
     with open(text_file, "wb") as f:
         f.write(text.encode("utf-8"))
-    # -n 16: windows of 15 text tokens, the last one shorter; -n 100: a window runs
-    # in two batches of logits (64 + 35); no -n: the whole context, 256 positions.
-    cases = [("-n 16 -i", 16, ["-n", 16, "-i", text], None),
-             ("-n 16 -f FILE", 16, ["-n", 16, "-f", text_file], None),
+    # -n 16: windows of 15 text tokens, the last one shorter; no -n: the whole context,
+    # 256 positions, a window's logits in batches of 64.
+    cases = [("-n 16 -f FILE", 16, ["-n", 16, "-f", text_file], None),
              ("-n 16 -f - (stdin)", 16, ["-n", 16, "-f", "-"], text.encode("utf-8")),
-             ("-n 100 -i", 100, ["-n", 100, "-i", text], None),
              ("no -n (the context, 256) -f FILE", 256, ["-f", text_file], None)]
     for label, window, args, stdin in cases:
         chunk = window - 1
