@@ -836,12 +836,6 @@ typedef struct {
 static const char *piece_text(const Tokenizer *t, int id) { return t->text + t->offset[id]; }
 static int piece_len(const Tokenizer *t, int id) { return (int)(t->offset[id + 1] - t->offset[id] - 1); }
 
-static int is_stop(const Tokenizer *t, int id) {
-    for (int i = 0; i < t->n_stop; i++)
-        if (t->stop_ids[i] == id) return 1;
-    return 0;
-}
-
 /* "<0xXX>" pieces stand for one raw byte; returns the byte or -1. */
 static int byte_piece_value(const char *piece, int len) {
     if (len != 6 || memcmp(piece, "<0x", 3) != 0 || piece[5] != '>') return -1;
@@ -1274,7 +1268,7 @@ static int *encode(const Tokenizer *t, const char *text, size_t text_len, int ad
    the piece right after BOS drops its leading space, and "<0xXX>" pieces are
    that raw byte. Byte-level BPE: the piece's raw bytes (a character split
    across tokens comes out whole), nothing for a control token. */
-static const char *decode(Tokenizer *t, int prev, int token, int *len) {
+static const char *decode(const Tokenizer *t, int prev, int token, int *len) {
     const char *piece = piece_text(t, token);
     *len = piece_len(t, token);
     if (t->kind == BYTE_LEVEL_BPE) {
@@ -1757,665 +1751,11 @@ static inline int32_t int16_pair(const int8_t *v) {
 }
 
 #if defined(__x86_64__)
-/* ------------------------------------------------------------------------- */
-/* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
-
-/* Compiled for these instruction sets whatever the build's -march; called
-   only when the CPU reports them. */
+/* The x86-64 kernels are compiled for these instruction sets whatever the
+   build's -march, and called only when the CPU reports them. */
+#define AVX2 __attribute__((target("avx2,fma")))
 #define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
 #define VNNI __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
-
-
-/* r[0..15] are 16 rows of 16 floats; afterwards r[m] holds column m. */
-static inline AVX512 void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int k = 0; k < 16; k += 2) {
-        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
-    }
-    for (int k = 0; k < 16; k += 4) {
-        u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
-        u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
-        u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
-        u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
-    }
-    /* u[4a + c], 128-bit lane L, holds rows 4a..4a+3 of column 4L + c */
-    for (int c = 0; c < 4; c++) {
-        __m512 lo0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), lo1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        __m512 hi0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE), hi1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(lo0, lo1, 0xDD);
-        r[8 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0xDD);
-    }
-}
-
-/* dst[c * dst_stride + r] = src[r * src_stride + c] for a rows x cols block, by
-   16x16 tiles. */
-static AVX512 void transpose(float *dst, size_t dst_stride, const float *src, size_t src_stride, int rows, int cols) {
-    for (int r0 = 0; r0 < rows; r0 += 16) {
-        for (int c0 = 0; c0 < cols; c0 += 16) {
-            int nr = rows - r0 < 16 ? rows - r0 : 16, nc = cols - c0 < 16 ? cols - c0 : 16;
-            __mmask16 col_mask = (__mmask16)((1u << nc) - 1), row_mask = (__mmask16)((1u << nr) - 1);
-            __m512 t[16];
-            for (int k = 0; k < 16; k++)
-                t[k] = k < nr ? _mm512_maskz_loadu_ps(col_mask, src + (r0 + k) * src_stride + c0) : _mm512_setzero_ps();
-            transpose16(t);
-            for (int k = 0; k < nc; k++) {
-                if (nr == 16) _mm512_storeu_ps(dst + (c0 + k) * dst_stride + r0, t[k]); /* masked stores are slow on some CPUs */
-                else _mm512_mask_storeu_ps(dst + (c0 + k) * dst_stride + r0, row_mask, t[k]);
-            }
-        }
-    }
-}
-
-/* matvec(), 16 rows at a time: blocks of 16x16 weights are transposed so
-   that lane r accumulates row r's products in column order. */
-static AVX512 void matvec_avx512(float *out, const float *x, const float *w, int n, int begin, int end) {
-    size_t stride = n;
-    int i = begin;
-    size_t ahead = prefetch_ahead(stride * sizeof(float), 16);
-    for (; i + 16 <= end; i += 16) {
-        const float *block = w + i * stride;
-        __m512 acc = _mm512_setzero_ps();
-        int j = 0;
-        for (; j + 16 <= n; j += 16) {
-            __m512 r[16];
-            for (int k = 0; k < 16; k++) {
-                prefetch(block + k * stride + j, ahead);
-                r[k] = _mm512_loadu_ps(block + k * stride + j);
-            }
-            transpose16(r);
-            for (int c = 0; c < 16; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
-        }
-        if (j < n) {
-            __mmask16 tail = (__mmask16)((1u << (n - j)) - 1);
-            __m512 r[16];
-            for (int k = 0; k < 16; k++) r[k] = _mm512_maskz_loadu_ps(tail, block + k * stride + j);
-            transpose16(r);
-            for (int c = 0; c < n - j; c++) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[c], _mm512_set1_ps(x[j + c])));
-        }
-        _mm512_storeu_ps(out + i, acc);
-    }
-    matvec(out, x, w, n, i, end);
-}
-
-
-/* glibc's expf for 8 floats, in double precision, with the same operations
-   (fused where its FMA build fuses them): x * 32/ln2 = k + r, |r| <= 1/2, and
-   exp(x) = 2^(k/32) * 2^(r/32), the latter from a cubic in r. */
-static inline AVX512 __m256 expf8(__m256 x) {
-    const __m512d inv_ln2_32 = _mm512_set1_pd(0x1.71547652b82fep+5), round_shift = _mm512_set1_pd(0x1.8p+52);
-    __m512d xd = _mm512_cvtps_pd(x);
-    __m512d kd = _mm512_fmadd_pd(inv_ln2_32, xd, round_shift); /* k, rounded, in the low bits */
-    __m512i k = _mm512_castpd_si512(kd);
-    kd = _mm512_sub_pd(kd, round_shift);
-    __m512d r = _mm512_fmsub_pd(inv_ln2_32, xd, kd);
-    /* 2^(k/32) = 2^((k mod 32)/32) from the table, times 2^floor(k/32) added to its exponent */
-    __m512i i = _mm512_and_si512(k, _mm512_set1_epi64(31));
-    const __m512i *table = (const __m512i *)exp2_fraction;
-    __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(table), i, _mm512_loadu_si512(table + 1));
-    __m512i high = _mm512_permutex2var_epi64(_mm512_loadu_si512(table + 2), i, _mm512_loadu_si512(table + 3));
-    __m512i fraction = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(i, _mm512_set1_epi64(16)), low, high);
-    __m512d scale = _mm512_castsi512_pd(
-        _mm512_add_epi64(fraction, _mm512_slli_epi64(_mm512_andnot_si512(_mm512_set1_epi64(31), k), 47)));
-    __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.c6af84b912394p-20), _mm512_set1_pd(0x1.ebfce50fac4f3p-13));
-    __m512d r2 = _mm512_mul_pd(r, r);
-    __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.62e42ff0c52d6p-6), _mm512_set1_pd(1.0));
-    y = _mm512_fmadd_pd(z, r2, y);
-    return _mm512_cvtpd_ps(_mm512_mul_pd(y, scale));
-}
-
-/* expf() of 16 floats, bit for bit what glibc's expf gives on a CPU with FMA
-   (every CPU with AVX-512): its main path covers [-103.28, 88.72], below
-   -103.97 it gives 0, and the few lanes left (NaN, overflow, the edge of
-   underflow) go to expf() itself. */
-static inline AVX512 __m512 expf_avx512(__m512 x) {
-    __m256 low = expf8(_mm512_castps512_ps256(x));
-    __m256 high = expf8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    __m512 y = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(low)), _mm256_castps_pd(high), 1));
-    __mmask16 main_path = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9d1d9ep+6f), _CMP_GE_OQ) &
-                          _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1.62e42ep+6f), _CMP_LE_OQ);
-    __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9fe368p+6f), _CMP_LT_OQ);
-    y = _mm512_maskz_mov_ps(main_path, y);
-    __mmask16 rest = (__mmask16) ~(main_path | zero);
-    if (rest) {
-        float in[16], out[16];
-        _mm512_storeu_ps(in, x);
-        _mm512_storeu_ps(out, y);
-        for (int k = 0; k < 16; k++)
-            if (rest >> k & 1) out[k] = expf(in[k]);
-        y = _mm512_loadu_ps(out);
-    }
-    return y;
-}
-
-/* x[i] = exp(x[i] - max(x)), the first steps of softmax(), 16 at a time; the
-   maximum is the plain loop's. */
-static AVX512 void exp_shifted_avx512(float *x, int n) {
-    __m512 lane_max = _mm512_set1_ps(x[0]);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        lane_max = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lane_max, _CMP_GT_OQ), lane_max, v);
-    }
-    float lanes[16], max_val = x[0];
-    _mm512_storeu_ps(lanes, lane_max);
-    for (int k = 0; k < 16; k++)
-        if (lanes[k] > max_val) max_val = lanes[k];
-    for (; i < n; i++)
-        if (x[i] > max_val) max_val = x[i];
-    for (i = 0; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(x + i, expf_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max_val))));
-    for (; i < n; i++) x[i] = expf(x[i] - max_val);
-}
-
-static AVX512 void divide_avx512(float *x, int n, float sum) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_div_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(sum)));
-    for (; i < n; i++) x[i] /= sum;
-}
-
-/* softmax(), 16 exponentials at a time; the sum runs in the plain order. */
-static AVX512 void softmax_avx512(float *x, int n) {
-    if (n < 16) {
-        softmax(x, n);
-        return;
-    }
-    exp_shifted_avx512(x, n);
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) sum += x[i];
-    divide_avx512(x, n, sum);
-}
-
-/* softmax_avx512() of up to 8 rows of att, row k being n[k] long (n[] never
-   decreases). A sum in the plain order is a chain of dependent adds; here the
-   rows' sums advance together, one per lane, over 16x16 transposed blocks. */
-static AVX512 void softmax_rows_avx512(float *att, size_t att_stride, const int *n, int count) {
-    for (int k = 0; k < count; k++) exp_shifted_avx512(att + k * att_stride, n[k]);
-    __m512 lane_sum = _mm512_setzero_ps(); /* lane k: row k's sum so far */
-    int t = 0;
-    for (; t + 16 <= n[0]; t += 16) {
-        __m512 r[16];
-        for (int k = 0; k < 16; k++) r[k] = k < count ? _mm512_loadu_ps(att + k * att_stride + t) : _mm512_setzero_ps();
-        transpose16(r);
-        for (int c = 0; c < 16; c++) lane_sum = _mm512_add_ps(lane_sum, r[c]);
-    }
-    float sum[16];
-    _mm512_storeu_ps(sum, lane_sum);
-    for (int k = 0; k < count; k++) {
-        float *a = att + k * att_stride;
-        for (int i = t; i < n[k]; i++) sum[k] += a[i];
-        divide_avx512(a, n[k], sum[k]);
-    }
-}
-
-/* swiglu(), 16 values at a time. */
-static AVX512 void swiglu_avx512(float *hb, const float *hb2, int n) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 val = _mm512_loadu_ps(hb + i);
-        __m512 minus_val = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(val), _mm512_set1_epi32(INT32_MIN)));
-        __m512 e = expf_avx512(minus_val);
-        val = _mm512_mul_ps(val, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
-        _mm512_storeu_ps(hb + i, _mm512_mul_ps(val, _mm512_loadu_ps(hb2 + i)));
-    }
-    swiglu(hb + i, hb2 + i, n - i);
-}
-
-/* Attention scores of Q queries that share one KV head, for head sizes 16,
-   32, ... 128: att[h * att_stride + t] = q[h] . key_t for t < n_keys, as
-   matvec_avx512 would give for each query. Each block of 16 keys is transposed
-   once (key t in lane t) and then serves all Q queries. */
-static inline __attribute__((always_inline)) AVX512 void
-scores_avx512(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
-            size_t kv_dim) {
-    int t = 0;
-    for (; t + 16 <= n_keys; t += 16) {
-        const float *block = keys + t * kv_dim;
-        __m512 columns[128]; /* columns[j]: dimension j of the 16 keys */
-        for (int j = 0; j < head_size; j += 16) {
-            for (int k = 0; k < 16; k++) {
-                /* the cache rows are far apart: ask for the next block's now */
-                if (t + 32 <= n_keys) prefetch(block + k * kv_dim + j, 16 * kv_dim * sizeof(float));
-                columns[j + k] = _mm512_loadu_ps(block + k * kv_dim + j);
-            }
-            transpose16(columns + j);
-        }
-        __m512 acc[8];
-        for (int h = 0; h < Q; h++) acc[h] = _mm512_setzero_ps();
-        for (int j = 0; j < head_size; j++)
-            for (int h = 0; h < Q; h++) acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(columns[j], _mm512_set1_ps(q[h][j])));
-        for (int h = 0; h < Q; h++) _mm512_storeu_ps(att + h * att_stride + t, acc[h]);
-    }
-    scores_tail(att, att_stride, q, Q, keys, t, n_keys, head_size, kv_dim);
-}
-
-/* out[k] = sum over t <= last[k] of att[k][t] * value_t, t in order, for G
-   queries and value rows of 16 * V floats, over the tile of positions
-   [t0, t_end) whose rows start at `rows`: the sums start from zero in the
-   first tile and from out in the next ones, and stay in registers while the
-   rows stream past, each row loaded once for the G. last[] never decreases,
-   so they run together up to the first one's last position. */
-static inline __attribute__((always_inline)) AVX512 void
-weighted_values_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
-                      const float *rows, size_t stride, int V, int t0, int t_end) {
-    __m512 acc[4][8];
-    for (int g = 0; g < G; g++)
-        for (int v = 0; v < V; v++) acc[g][v] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out[g] + 16 * v);
-    int together_end = last[0] + 1 < t_end ? last[0] + 1 : t_end;
-    for (int t = t0; t < together_end; t++) {
-        const float *row = rows + (size_t)(t - t0) * stride;
-        for (int v = 0; v < V; v++) prefetch(row + 16 * v, 16 * stride * sizeof(float));
-        for (int v = 0; v < V; v++) {
-            __m512 value = _mm512_loadu_ps(row + 16 * v);
-            for (int g = 0; g < G; g++)
-                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
-        }
-    }
-    for (int g = 1; g < G; g++) {
-        int end = last[g] + 1 < t_end ? last[g] + 1 : t_end;
-        for (int t = last[0] + 1 > t0 ? last[0] + 1 : t0; t < end; t++)
-            for (int v = 0; v < V; v++)
-                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]),
-                                                                 _mm512_loadu_ps(rows + (size_t)(t - t0) * stride + 16 * v)));
-    }
-    for (int g = 0; g < G; g++)
-        for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
-}
-
-/* weighted_values_group for n_q queries: 4 at a time when 4 * V sums fit in
-   registers (V <= 4), else 2. */
-static inline __attribute__((always_inline)) AVX512 void
-weighted_values(float *const *out, const float *att, size_t att_stride, const int *last, int n_q, const float *rows,
-                size_t stride, int V, int t0, int t_end) {
-    int k = 0;
-    if (V <= 4)
-        for (; k + 4 <= n_q; k += 4)
-            weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, rows, stride, V, t0, t_end);
-    for (; k + 2 <= n_q; k += 2)
-        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, rows, stride, V, t0, t_end);
-    for (; k < n_q; k++)
-        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, rows, stride, V, t0, t_end);
-}
-
-/* scores_avx512 for Q = 1, 2, 4 or 8 queries: a constant count keeps the
-   sums in registers. */
-static inline __attribute__((always_inline)) AVX512 void
-scores_padded_avx512(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys,
-                     int head_size, size_t stride) {
-    switch (Q) {
-    case 1: scores_avx512(att, att_stride, q, 1, keys, n_keys, head_size, stride); break;
-    case 2: scores_avx512(att, att_stride, q, 2, keys, n_keys, head_size, stride); break;
-    case 4: scores_avx512(att, att_stride, q, 4, keys, n_keys, head_size, stride); break;
-    default: scores_avx512(att, att_stride, q, 8, keys, n_keys, head_size, stride); break;
-    }
-}
-
-/* weighted_values with V = head_size / 16 constant. */
-static inline __attribute__((always_inline)) AVX512 void
-weighted_values_avx512(float *const *out, const float *att, size_t att_stride, const int *last, int n_q,
-                       const float *rows, size_t stride, int head_size, int t0, int t_end) {
-    switch (head_size / 16) {
-    case 1: weighted_values(out, att, att_stride, last, n_q, rows, stride, 1, t0, t_end); break;
-    case 2: weighted_values(out, att, att_stride, last, n_q, rows, stride, 2, t0, t_end); break;
-    case 3: weighted_values(out, att, att_stride, last, n_q, rows, stride, 3, t0, t_end); break;
-    case 4: weighted_values(out, att, att_stride, last, n_q, rows, stride, 4, t0, t_end); break;
-    case 5: weighted_values(out, att, att_stride, last, n_q, rows, stride, 5, t0, t_end); break;
-    case 6: weighted_values(out, att, att_stride, last, n_q, rows, stride, 6, t0, t_end); break;
-    case 7: weighted_values(out, att, att_stride, last, n_q, rows, stride, 7, t0, t_end); break;
-    default: weighted_values(out, att, att_stride, last, n_q, rows, stride, 8, t0, t_end); break;
-    }
-}
-
-/* attention_head for the n_heads query heads of n_tokens consecutive tokens
-   (positions pos, pos + 1, ...) that share one KV head, up to 8 queries at a
-   time, for head sizes 16, 32, ... 128. The sums are attention_head's. att
-   holds 8 rows of att_stride. The keys, then the values, come a tile at a
-   time (kv_tile()). */
-static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos,
-                                          const KVCache *keys, const KVCache *values, int layer, int kv_head,
-                                          float *att, size_t att_stride, float *row, int n_heads) {
-    int head_size = keys->head_size;
-    if (head_size % 16 || head_size > 128) {
-        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads);
-        return;
-    }
-    float tile[KV_TILE_FLOATS];
-    int n_q = n_tokens * n_heads;
-    for (int first = 0; first < n_q; first += 8) {
-        int count = n_q - first < 8 ? n_q - first : 8, last[8];
-        const float *query[8];
-        float *query_out[8];
-        attention_queries(query, query_out, last, q, out, first, count, n_heads, dim, head_size, pos);
-        /* scores up to the latest position any of them sees, for 1, 2, 4 or 8
-           queries (extra rows of att get copies of the last query's scores) */
-        int n_keys = last[count - 1] + 1, padded = count == 1 ? 1 : count == 2 ? 2 : count <= 4 ? 4 : 8;
-        int per_tile = kv_tile_positions(keys, n_keys);
-        for (int k = count; k < padded; k++) query[k] = query[count - 1];
-        for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
-            int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
-            size_t stride;
-            const float *rows = kv_tile(keys, layer, kv_head, t0, n, tile, &stride);
-            scores_padded_avx512(att + t0, att_stride, query, padded, rows, n, head_size, stride);
-        }
-        int n_seen[8];
-        for (int k = 0; k < count; k++) {
-            float *a = att + k * att_stride;
-            for (int t = 0; t <= last[k]; t++) a[t] /= sqrtf(head_size);
-            n_seen[k] = last[k] + 1;
-        }
-        softmax_rows_avx512(att, att_stride, n_seen, count);
-        for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
-            int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
-            size_t stride;
-            const float *rows = kv_tile(values, layer, kv_head, t0, n, tile, &stride);
-            weighted_values_avx512(query_out, att, att_stride, last, count, rows, stride, head_size, t0, t0 + n);
-        }
-    }
-}
-
-/* Batched matvec with one token per lane: out_t[i][t] = W[i] . x[t], where the
-   input is transposed (x_t[j][t]) and tokens are padded to `width`, a multiple
-   of 16 up to 64. R rows and V = width / 16 vectors of tokens make R x V
-   accumulators; columns [jb, je) are added to what out_t holds (zero if jb == 0). */
-static inline __attribute__((always_inline)) AVX512 void
-tokens_block(float *out_t, const float *x_t, const float *w, int n, int width, int row, int R, int V, int jb, int je) {
-    __m512 acc[6][4];
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++)
-            acc[r][v] = jb == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out_t + (size_t)(row + r) * width + 16 * v);
-    for (int j = jb; j < je; j++) {
-        if (j % 16 == 0) /* a new cache line of these rows: ask for the next rows' line now */
-            for (int r = 0; r < R; r++) prefetch(w + (size_t)(row + r) * n + j, (size_t)R * n * sizeof(float));
-        __m512 xv[4];
-        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_ps(x_t + (size_t)j * width + 16 * v);
-        for (int r = 0; r < R; r++) {
-            __m512 wr = _mm512_set1_ps(w[(size_t)(row + r) * n + j]);
-            for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(wr, xv[v]));
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * v, acc[r][v]);
-}
-
-static AVX512 void matmul_tokens_rows(float *out_t, const float *x_t, const float *w, int n, int width, int begin, int end, int V) {
-    /* a block of columns of x_t stays in cache while every row uses it */
-    for (int jb = 0; jb < n; jb += 256) {
-        int je = jb + 256 < n ? jb + 256 : n, i = begin;
-        for (; i + 6 <= end; i += 6) tokens_block(out_t, x_t, w, n, width, i, 6, V, jb, je);
-        for (; i < end; i++) tokens_block(out_t, x_t, w, n, width, i, 1, V, jb, je);
-    }
-}
-
-/* Batched matvec for a few tokens (T <= 8), whose lanes above would be
-   mostly padding: rows in lanes as in matvec_avx512, and each transposed
-   16x16 block of weights serves all T tokens, T independent sums (one chain
-   of adds in column order each, so more tokens come almost free). */
-static inline __attribute__((always_inline)) AVX512 void
-few_tokens_rows(float *out, size_t out_stride, const float *x_t, int width, const float *w, int n, int T, int begin,
-                int end) {
-    size_t ahead = prefetch_ahead(n * sizeof(float), 16);
-    int i = begin;
-    for (; i + 16 <= end; i += 16) {
-        const float *block = w + (size_t)i * n;
-        __m512 acc[8];
-        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-        for (int j = 0; j < n; j += 16) {
-            int cols = n - j < 16 ? n - j : 16;
-            __m512 r[16];
-            for (int k = 0; k < 16; k++) {
-                prefetch(block + (size_t)k * n + j, ahead);
-                r[k] = _mm512_maskz_loadu_ps((__mmask16)((1u << cols) - 1), block + (size_t)k * n + j);
-            }
-            transpose16(r);
-            if (cols == 16) /* the whole block, unrolled */
-                for (int c = 0; c < 16; c++)
-                    for (int t = 0; t < T; t++)
-                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(r[c], _mm512_set1_ps(x_t[(size_t)(j + c) * width + t])));
-            else
-                for (int c = 0; c < cols; c++)
-                    for (int t = 0; t < T; t++)
-                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(r[c], _mm512_set1_ps(x_t[(size_t)(j + c) * width + t])));
-        }
-        for (int t = 0; t < T; t++) _mm512_storeu_ps(out + t * out_stride + i, acc[t]);
-    }
-    few_tokens_plain(out, out_stride, x_t, width, w, n, T, i, end);
-}
-
-/* Rows [begin, end) of out[t][i] = W[i] . x[t] for T tokens, via out_t. */
-static AVX512 void matmul_tokens_avx512(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
-                               int n, int T, int begin, int end) {
-    int V = (T + 15) / 16, width = 16 * V;
-    switch (T) { /* a constant T keeps the sums in registers */
-    case 2: few_tokens_rows(out, out_stride, x_t, width, w, n, 2, begin, end); return;
-    case 3: few_tokens_rows(out, out_stride, x_t, width, w, n, 3, begin, end); return;
-    case 4: few_tokens_rows(out, out_stride, x_t, width, w, n, 4, begin, end); return;
-    case 5: few_tokens_rows(out, out_stride, x_t, width, w, n, 5, begin, end); return;
-    case 6: few_tokens_rows(out, out_stride, x_t, width, w, n, 6, begin, end); return;
-    case 7: few_tokens_rows(out, out_stride, x_t, width, w, n, 7, begin, end); return;
-    case 8: few_tokens_rows(out, out_stride, x_t, width, w, n, 8, begin, end); return;
-    }
-    switch (V) { /* constant V lets the compiler keep the accumulators in registers */
-    case 1: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 1); break;
-    case 2: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 2); break;
-    case 3: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 3); break;
-    default: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 4); break;
-    }
-    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
-}
-
-/* quantize() for group sizes that are a multiple of 16: the same maximum, the
-   same division and the same rounding, 16 values at a time. */
-static AVX512 void quantize_avx512(int8_t *q, float *scale, const float *x, int n, int group_size) {
-    if (group_size % 16) {
-        quantize(q, scale, x, n, group_size);
-        return;
-    }
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    for (int g = 0; g < n / group_size; g++) {
-        const float *group = x + g * group_size;
-        __m512 max_abs = _mm512_setzero_ps();
-        for (int i = 0; i < group_size; i += 16) max_abs = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(group + i)), max_abs);
-        float s = _mm512_reduce_max_ps(max_abs) / 127.0f;
-        scale[g] = s;
-        __m512 sv = _mm512_set1_ps(s);
-        for (int i = 0; i < group_size; i += 16) {
-            __m512 v = s > 0 ? _mm512_div_ps(_mm512_loadu_ps(group + i), sv) : _mm512_setzero_ps();
-            __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), half, _CMP_GE_OQ);
-            __m512 step = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_sub_ps(_mm512_setzero_ps(), one), one);
-            r = _mm512_mask_add_ps(r, up, r, step);
-            /* as quantize(): NaN, and values past +-127 (a subnormal scale), give 0 */
-            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
-            _mm_storeu_si128((__m128i *)(q + g * group_size + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
-        }
-    }
-}
-
-/* Batched int8 matvec with one token per lane: out_t[i][t] = W[i] . x[t].
-   A vector holds the same inputs of 16 tokens, 4 bytes per token, and each
-   weight of a row is broadcast to all lanes:
-   VNNI: 4 int8 inputs per slot against 4 weights (vpdpbusd multiplies
-   unsigned by signed bytes, so w goes in as w + 128); the bias 128 * sum(x)
-   per group and token is subtracted at the group's end;
-   without VNNI: 2 inputs widened to int16 per slot against 2 weights
-   (vpmaddwd), the weights widened 64 at a time into a small buffer first.
-   The integer dot products are exact, and the float sum over groups runs in
-   the plain kernel's order. R rows by V vectors of 16 tokens. */
-
-/* The batched int8 kernels' input, made once per matmul by prepare_q8_*:
-   the values [n / per_slot][width] in 4-byte slots, then per group and token
-   the scales [groups][width] and (VNNI) the biases [groups][width]. */
-typedef struct {
-    const int32_t *x;
-    const float *scale;
-    const int32_t *bias;
-} Q8Tokens;
-
-static Q8Tokens q8_tokens_layout(const void *scratch, int n, int group_size, int T, int per_slot) {
-    int width = (T + 15) / 16 * 16, groups = n / group_size;
-    const int32_t *x = scratch;
-    const float *scale = (const float *)(x + (size_t)n / per_slot * width);
-    return (Q8Tokens){x, scale, (const int32_t *)(scale + (size_t)groups * width)};
-}
-
-/* acc[r][v] = the integer dot products of weights [j0, j1) of rows row.. with
-   the tokens of vectors v0.. */
-typedef void (*Q8GroupDots)(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0,
-                            int V, int j0, int j1);
-
-static inline __attribute__((always_inline)) VNNI void
-group_dots_vnni(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
-                int j1) {
-    for (int j = j0; j < j1; j += 4) {
-        if (j % 64 == 0) /* a new cache line of these rows: ask for the next rows' line now */
-            for (int r = 0; r < R; r++) prefetch(w + (size_t)r * n + j, (size_t)R * n);
-        __m512i xv[2];
-        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(x + (size_t)(j / 4) * width + 16 * (v0 + v));
-        for (int r = 0; r < R; r++) {
-            int32_t four;
-            memcpy(&four, w + (size_t)r * n + j, 4);
-            __m512i w_unsigned = _mm512_xor_si512(_mm512_set1_epi32(four), _mm512_set1_epi8((char)0x80));
-            for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w_unsigned, xv[v]);
-        }
-    }
-}
-
-static inline __attribute__((always_inline)) AVX512 void
-group_dots_madd(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
-                int j1) {
-    for (int jb = j0; jb < j1; jb += 64) {
-        int len = j1 - jb < 64 ? j1 - jb : 64;
-        int32_t pairs[6][32]; /* weights jb.. of each row as int16 pairs */
-        for (int r = 0; r < R; r++) {
-            const int8_t *src = w + (size_t)r * n + jb;
-            prefetch(src, (size_t)R * n);
-            int k = 0;
-            for (; k + 32 <= len; k += 32)
-                _mm512_storeu_si512(pairs[r] + k / 2, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(src + k))));
-            for (; k < len; k += 2) pairs[r][k / 2] = int16_pair(src + k);
-        }
-        const int32_t *xp = x + (size_t)(jb / 2) * width + 16 * v0; /* the tokens' pair jb / 2 + p */
-        for (int p = 0; p < len / 2; p++, xp += width) {
-            __m512i xv[2];
-            for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(xp + 16 * v);
-            for (int r = 0; r < R; r++) {
-                __m512i pair = _mm512_set1_epi32(pairs[r][p]);
-                for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_epi32(acc[r][v], _mm512_madd_epi16(pair, xv[v]));
-            }
-        }
-    }
-}
-
-static inline __attribute__((always_inline)) AVX512 void
-q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row, int R,
-                int v0, int V, Q8GroupDots group_dots) {
-    int groups = n / group_size;
-    __m512 val[6][2];
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++) val[r][v] = _mm512_setzero_ps();
-    for (int g = 0; g < groups; g++) {
-        __m512i acc[6][2];
-        for (int r = 0; r < R; r++)
-            for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
-        group_dots(acc, in.x, w->q + (size_t)row * n, n, width, R, v0, V, g * group_size, (g + 1) * group_size);
-        for (int v = 0; v < V; v++) {
-            size_t at = (size_t)g * width + 16 * (v0 + v);
-            __m512i bias = in.bias ? _mm512_loadu_si512(in.bias + at) : _mm512_setzero_si512();
-            __m512 x_scale = _mm512_loadu_ps(in.scale + at);
-            for (int r = 0; r < R; r++) {
-                __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], bias));
-                __m512 ws = _mm512_set1_ps(w->scale[(size_t)(row + r) * groups + g]);
-                val[r][v] = _mm512_add_ps(val[r][v], _mm512_mul_ps(_mm512_mul_ps(ival, ws), x_scale));
-            }
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
-}
-
-/* Rows [begin, end) for all T tokens, in blocks of 6 rows by V (1 or 2)
-   vectors of 16 tokens: constant sizes keep the sums in registers, 12 integer
-   and 12 float ones. (6 by 2 measured fastest: more vectors would widen the
-   weights less often, but leave fewer registers for rows.) */
-static inline __attribute__((always_inline)) AVX512 void
-q8_tokens_rows(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int begin, int end,
-               int v0, int V, Q8GroupDots dots) {
-    int i = begin;
-    for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, V, dots);
-    for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, V, dots);
-}
-
-/* The whole batch, 2 vectors of tokens at a time. */
-static inline __attribute__((always_inline)) AVX512 void
-matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, Q8Tokens in, const Matrix *w, int n,
-                      int group_size, int T, int begin, int end, Q8GroupDots dots) {
-    int width = (T + 15) / 16 * 16;
-    for (int v0 = 0; v0 < width / 16; v0 += 2) {
-        if (v0 + 2 <= width / 16) q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 2, dots);
-        else q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 1, dots);
-    }
-    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
-}
-
-static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
-                                       const Matrix *w, int n, int group_size, int T, int begin, int end) {
-    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
-    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_vnni);
-}
-
-static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float *out_t, const void *scratch,
-                                           const Matrix *w, int n, int group_size, int T, int begin, int end) {
-    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 2);
-    in.bias = NULL;
-    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_madd);
-}
-
-/* VNNI layout: 4 int8 values of a token per slot (by 32-bit transposes), the
-   scales, and 128 * each group's sum. */
-static AVX512 void prepare_q8_vnni(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
-                                   int begin, int end) {
-    int width = (T + 15) / 16 * 16, groups = n / group_size, rows = (end < T ? end : T) - begin;
-    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
-    int32_t *bias = (int32_t *)in.bias;
-    transpose((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
-    transpose((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
-    for (int t = begin; t < begin + rows; t++)
-        for (int g = 0; g < groups; g++) {
-            int32_t sum = 0;
-            for (int k = 0; k < group_size; k++) sum += xq[(size_t)t * n + g * group_size + k];
-            bias[(size_t)g * width + t] = 128 * sum;
-        }
-}
-
-/* vpmaddwd layout: 2 int8 values of a token widened to int16 per slot, and the scales. */
-static AVX512 void prepare_q8_madd(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
-                                   int begin, int end) {
-    int width = (T + 15) / 16 * 16, groups = n / group_size, rows = (end < T ? end : T) - begin;
-    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 2);
-    int32_t *x = (int32_t *)in.x;
-    for (int j = 0; j < n; j += 2)
-        for (int t = begin; t < begin + rows; t++) x[(size_t)j / 2 * width + t] = int16_pair(xq + (size_t)t * n + j);
-    transpose((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
-}
-
-static int q8_tokens_vnni_supports(int group_size) { return group_size % 4 == 0; }
-static int q8_tokens_madd_supports(int group_size) { return group_size % 2 == 0; }
-
-static AVX512 void prepare_tokens_avx512(float *x_t, const float *x, int n, int T) {
-    transpose(x_t, (T + 15) / 16 * 16, x, n, T, n);
-}
-
-static int cpu_has_avx512(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
-static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni"); }
-
 #endif
 
 /* ------------------------------------------------------------------------- */
@@ -2438,8 +1778,8 @@ typedef int8_t i8x8 __attribute__((vector_size(8)));
 typedef int8_t i8x16 __attribute__((vector_size(16)));
 typedef int16_t i16x16 __attribute__((vector_size(32)));
 typedef int8_t i8x32 __attribute__((vector_size(32)));
-typedef double f64x4 __attribute__((vector_size(32)));
-typedef uint64_t u64x4 __attribute__((vector_size(32)));
+typedef double f64x8 __attribute__((vector_size(64)));
+typedef uint64_t u64x8 __attribute__((vector_size(64)));
 
 /* ------------------------------------------------------------------------- */
 /* 1. Helpers                                                                  */
@@ -2489,7 +1829,7 @@ typedef void (*TransposeFn)(f32x8 col[8], const float *src, size_t stride);
    and row k + 4 share a register (one 16-byte half each), so that one 4x4
    transpose within each half gives whole 8-row columns: 16 shuffles instead
    of 32 plus the joins, and no store-then-reload of halves. */
-static inline __attribute__((target("avx2"))) void transpose8_avx2(f32x8 col[8], const float *src, size_t stride) {
+static inline AVX2 void transpose8_avx2(f32x8 col[8], const float *src, size_t stride) {
     f32x8 lo[4], hi[4]; /* lo[k]: columns 0-3 of rows k | k + 4; hi[k]: columns 4-7 */
     for (int k = 0; k < 4; k++) {
         const float *upper = src + k * stride, *lower = src + (k + 4) * stride;
@@ -2529,75 +1869,84 @@ static inline __attribute__((always_inline)) i32x4 sum_lanes4(const i32x4 v[4]) 
 /* ------------------------------------------------------------------------- */
 /* 2. Per-target pieces                                                        */
 
-/* expf() of 4 floats. ExpFn is how the generic bodies receive the target's. */
-typedef f32x4 (*ExpFn)(f32x4);
+/* expf() of 8 floats: *y = exp(*x). ExpFn is how the generic bodies receive the target's. */
+typedef void (*ExpFn)(f32x8 *y, const f32x8 *x);
 
-/* a * b + c in one rounding, 4 doubles; Fma4Fn: how expf4_body gets it. */
-typedef void (*Fma4Fn)(f64x4 *out, const f64x4 *a, const f64x4 *b, const f64x4 *c);
+/* a * b + c in one rounding, 8 doubles; Fma8Fn: how expf8_body gets it. */
+typedef void (*Fma8Fn)(f64x8 *out, const f64x8 *a, const f64x8 *b, const f64x8 *c);
 
-/* glibc's expf, 4 lanes, bit for bit, as glibc builds it with fused
+/* 2^((k mod 32) / 32) for each lane's k, from exp2_fraction; Exp2FractionFn:
+   how expf8_body gets it (AVX-512 has a two-table permute for it). */
+typedef void (*Exp2FractionFn)(f64x8 *out, const u64x8 *k);
+
+static inline __attribute__((always_inline)) void exp2_fraction_lanes(f64x8 *out, const u64x8 *k) {
+    for (int i = 0; i < 8; i++) (*out)[i] = exp2_fraction[(*k)[i] & 31];
+}
+
+/* glibc's expf, 8 lanes, bit for bit, as glibc builds it with fused
    multiply-adds (x86-64 CPUs with FMA, and ARM64, where its compiler fuses the
    same steps): in double precision, x * 32/ln2 = k + r with |r| <= 1/2, and
    exp(x) = 2^(k/32) * 2^(r/32), the latter a cubic in r. Its main path covers
    [-103.28, 88.72], below -103.97 it gives 0; the few lanes left (NaN,
-   overflow, the edge of underflow) go to expf() itself. */
-static inline __attribute__((always_inline)) f32x4 expf4_body(f32x4 x, Fma4Fn fma4) {
-    const f64x4 inv_ln2_32 = {0x1.71547652b82fep+5, 0x1.71547652b82fep+5, 0x1.71547652b82fep+5, 0x1.71547652b82fep+5};
-    const f64x4 round_shift = {0x1.8p+52, 0x1.8p+52, 0x1.8p+52, 0x1.8p+52}; /* adding it rounds to an integer */
-    const f64x4 one = {1.0, 1.0, 1.0, 1.0};
-    const f64x4 c0 = {0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20, 0x1.c6af84b912394p-20};
-    const f64x4 c1 = {0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13, 0x1.ebfce50fac4f3p-13};
-    const f64x4 c2 = {0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6, 0x1.62e42ff0c52d6p-6};
-    f64x4 xd = __builtin_convertvector(x, f64x4), kd, r, z, y;
-    fma4(&kd, &inv_ln2_32, &xd, &round_shift); /* k in the low bits */
-    u64x4 k = (u64x4)kd;
-    f64x4 minus_k = round_shift - kd;
-    fma4(&r, &inv_ln2_32, &xd, &minus_k);
+   overflow, the edge of underflow) go to expf() itself. Every set with a
+   vector expf uses this one, AVX-512 for each half of its 16 lanes. */
+static inline __attribute__((always_inline)) void expf8_body(f32x8 *y, const f32x8 *x, Fma8Fn fma8,
+                                                             Exp2FractionFn exp2_fraction_of) {
+    const f64x8 zero = {0}, inv_ln2_32 = zero + 0x1.71547652b82fep+5;
+    const f64x8 round_shift = zero + 0x1.8p+52; /* adding it rounds to an integer */
+    const f64x8 c0 = zero + 0x1.c6af84b912394p-20, c1 = zero + 0x1.ebfce50fac4f3p-13;
+    const f64x8 c2 = zero + 0x1.62e42ff0c52d6p-6, one = zero + 1.0;
+    f64x8 xd = __builtin_convertvector(*x, f64x8), kd, r, z, poly, fraction;
+    fma8(&kd, &inv_ln2_32, &xd, &round_shift); /* k in the low bits */
+    u64x8 k = (u64x8)kd;
+    f64x8 minus_k = round_shift - kd;
+    fma8(&r, &inv_ln2_32, &xd, &minus_k);
     /* 2^(k/32) = 2^((k mod 32)/32) from the table, times 2^floor(k/32) added to its exponent */
-    f64x4 fraction = {exp2_fraction[k[0] & 31], exp2_fraction[k[1] & 31], exp2_fraction[k[2] & 31],
-                      exp2_fraction[k[3] & 31]};
-    f64x4 scale = (f64x4)((u64x4)fraction + ((k & ~(uint64_t)31) << 47));
-    fma4(&z, &r, &c0, &c1);
-    f64x4 r2 = r * r;
-    fma4(&y, &r, &c2, &one);
-    fma4(&y, &z, &r2, &y);
-    f32x4 result = __builtin_convertvector(y * scale, f32x4);
-    i32x4 main_path = (x >= -0x1.9d1d9ep+6f) & (x <= 0x1.62e42ep+6f);
-    i32x4 zero = x < -0x1.9fe368p+6f;
-    result = (f32x4)((i32x4)result & main_path);
-    i32x4 rest = ~(main_path | zero);
-    for (int i = 0; i < 4; i++)
-        if (rest[i]) result[i] = expf(x[i]);
-    return result;
+    exp2_fraction_of(&fraction, &k);
+    f64x8 scale = (f64x8)((u64x8)fraction + ((k & ~(uint64_t)31) << 47));
+    fma8(&z, &r, &c0, &c1);
+    f64x8 r2 = r * r;
+    fma8(&poly, &r, &c2, &one);
+    fma8(&poly, &z, &r2, &poly);
+    f32x8 result = __builtin_convertvector(poly * scale, f32x8);
+    i32x8 main_path = (*x >= -0x1.9d1d9ep+6f) & (*x <= 0x1.62e42ep+6f);
+    i32x8 zero_lanes = *x < -0x1.9fe368p+6f;
+    result = (f32x8)((i32x8)result & main_path);
+    i32x8 rest = ~(main_path | zero_lanes);
+    for (int i = 0; i < 8; i++)
+        if (rest[i]) result[i] = expf((*x)[i]);
+    *y = result;
 }
 
 #if defined(__x86_64__)
 /* Portable: libm itself, lane by lane. The SSE set uses it: on a CPU without
-   FMA, glibc's expf is built without fused steps, which expf4_body does not
+   FMA, glibc's expf is built without fused steps, which expf8_body does not
    reproduce. */
-static f32x4 expf4_libm(f32x4 x) {
-    f32x4 y = {expf(x[0]), expf(x[1]), expf(x[2]), expf(x[3])};
-    return y;
+static void expf8_libm(f32x8 *y, const f32x8 *x) {
+    for (int i = 0; i < 8; i++) (*y)[i] = expf((*x)[i]);
 }
 
-static inline __attribute__((always_inline)) __attribute__((target("avx2,fma"))) void
-fma4_avx2(f64x4 *out, const f64x4 *a, const f64x4 *b, const f64x4 *c) {
-    *out = (f64x4)_mm256_fmadd_pd((__m256d)*a, (__m256d)*b, (__m256d)*c);
-}
-
-static __attribute__((target("avx2,fma"))) f32x4 expf4_avx2(f32x4 x) { return expf4_body(x, fma4_avx2); }
-#endif
-
-#if defined(__aarch64__)
-static inline __attribute__((always_inline)) void fma4_neon(f64x4 *out, const f64x4 *a, const f64x4 *b,
-                                                          const f64x4 *c) {
-    float64x2_t h[3][2], result[2];
+static inline __attribute__((always_inline)) AVX2 void fma8_avx2(f64x8 *out, const f64x8 *a, const f64x8 *b,
+                                                                  const f64x8 *c) {
+    __m256d h[3][2], result[2];
     memcpy(h[0], a, sizeof *a), memcpy(h[1], b, sizeof *b), memcpy(h[2], c, sizeof *c);
-    for (int i = 0; i < 2; i++) result[i] = vfmaq_f64(h[2][i], h[0][i], h[1][i]);
+    for (int i = 0; i < 2; i++) result[i] = _mm256_fmadd_pd(h[0][i], h[1][i], h[2][i]);
     memcpy(out, result, sizeof result);
 }
 
-static f32x4 expf4_neon(f32x4 x) { return expf4_body(x, fma4_neon); }
+static AVX2 void expf8_avx2(f32x8 *y, const f32x8 *x) { expf8_body(y, x, fma8_avx2, exp2_fraction_lanes); }
+#endif
+
+#if defined(__aarch64__)
+static inline __attribute__((always_inline)) void fma8_neon(f64x8 *out, const f64x8 *a, const f64x8 *b,
+                                                          const f64x8 *c) {
+    float64x2_t h[3][4], result[4];
+    memcpy(h[0], a, sizeof *a), memcpy(h[1], b, sizeof *b), memcpy(h[2], c, sizeof *c);
+    for (int i = 0; i < 4; i++) result[i] = vfmaq_f64(h[2][i], h[0][i], h[1][i]);
+    memcpy(out, result, sizeof result);
+}
+
+static void expf8_neon(f32x8 *y, const f32x8 *x) { expf8_body(y, x, fma8_neon, exp2_fraction_lanes); }
 #endif
 
 /* int8 dot products of 8 rows with x over len bytes (a multiple of 16): row
@@ -2618,7 +1967,7 @@ typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
 
 #if defined(__x86_64__)
 /* Lane r: the sum of the 8 lanes of acc[r]. */
-static inline __attribute__((always_inline)) __attribute__((target("avx2"))) __m256i
+static inline __attribute__((always_inline)) AVX2 __m256i
 row_totals_avx2(const __m256i acc[8]) {
     __m256i rows01 = _mm256_hadd_epi32(acc[0], acc[1]), rows23 = _mm256_hadd_epi32(acc[2], acc[3]);
     __m256i rows45 = _mm256_hadd_epi32(acc[4], acc[5]), rows67 = _mm256_hadd_epi32(acc[6], acc[7]);
@@ -2628,7 +1977,7 @@ row_totals_avx2(const __m256i acc[8]) {
 }
 
 /* acc[r] += 16 bytes of row r times x, widened to int16. */
-static inline __attribute__((always_inline)) __attribute__((target("avx2"))) void
+static inline __attribute__((always_inline)) AVX2 void
 add16_avx2(__m256i acc[8], const int8_t *w, size_t n, const int8_t *x) {
     __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x));
     for (int r = 0; r < 8; r++) {
@@ -2642,7 +1991,7 @@ add16_avx2(__m256i acc[8], const int8_t *w, size_t n, const int8_t *x) {
    2 * 128 * 127, which fits its int16 (x is never -128: quantize() gives
    -127..127). The 8 rows' sums stay in registers until one reduction (vphaddd)
    at the end: that, not the multiplies, is what limits small groups. */
-static inline __attribute__((always_inline)) __attribute__((target("avx2"))) void
+static inline __attribute__((always_inline)) AVX2 void
 dot8_avx2(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
     __m256i acc[8];
     for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_si256();
@@ -2683,7 +2032,7 @@ dot8_vnni(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
     *total = (i32x8)_mm256_sub_epi32(row_totals_avx2(acc), _mm256_set_m128i(bias, bias));
 }
 
-static __attribute__((target("avx2"))) void pair_avx2(i32x8 *acc, const int16_t *x, int32_t w_pair) {
+static AVX2 void pair_avx2(i32x8 *acc, const int16_t *x, int32_t w_pair) {
     __m256i products = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x), _mm256_set1_epi32(w_pair));
     *acc = (i32x8)_mm256_add_epi32((__m256i)*acc, products);
 }
@@ -3076,11 +2425,11 @@ matmul_q8_tokens_body(float *out, size_t out_stride, float *out_t, const void *s
     tokens_to_rows(out, out_stride, out_t, T, begin, end, transpose);
 }
 
-/* softmax(): the maximum (a NaN x[0] stays; a later NaN never wins a >
-   comparison; which of +0 and -0 wins does not matter, exp of either
-   difference being the same), exponentials 4 at a time, the sum in the plain
-   order (a chain of dependent adds), the divisions 8 at a time. */
-static inline __attribute__((always_inline)) void softmax_body(float *x, int n, ExpFn exp4) {
+/* x[i] = exp(x[i] - max(x)), softmax()'s first steps: the maximum (a NaN
+   x[0] stays; a later NaN never wins a > comparison; which of +0 and -0 wins
+   does not matter, exp of either difference being the same), then the
+   exponentials 8 at a time. */
+static inline __attribute__((always_inline)) void exp_shifted_body(float *x, int n, ExpFn exp8) {
     float max_val = x[0];
     f32x8 lane_max = {max_val, max_val, max_val, max_val, max_val, max_val, max_val, max_val};
     int i = 0;
@@ -3094,14 +2443,20 @@ static inline __attribute__((always_inline)) void softmax_body(float *x, int n, 
         if (lane_max[k] > max_val) max_val = lane_max[k];
     for (; i < n; i++)
         if (x[i] > max_val) max_val = x[i];
-    for (i = 0; i + 4 <= n; i += 4) {
-        f32x4 e = exp4(load4(x + i) - max_val);
-        memcpy(x + i, &e, sizeof e);
+    for (i = 0; i + 8 <= n; i += 8) {
+        f32x8 v;
+        memcpy(&v, x + i, sizeof v);
+        v -= max_val;
+        exp8(&v, &v);
+        memcpy(x + i, &v, sizeof v);
     }
     for (; i < n; i++) x[i] = expf(x[i] - max_val);
-    float sum = 0.0f;
-    for (i = 0; i < n; i++) sum += x[i];
-    for (i = 0; i + 8 <= n; i += 8) {
+}
+
+/* x[i] /= sum, 8 at a time. */
+static inline __attribute__((always_inline)) void divide_body(float *x, int n, float sum) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
         f32x8 v;
         memcpy(&v, x + i, sizeof v);
         v /= sum;
@@ -3110,22 +2465,29 @@ static inline __attribute__((always_inline)) void softmax_body(float *x, int n, 
     for (; i < n; i++) x[i] /= sum;
 }
 
-/* swiglu(): hb = hb * (1 / (1 + exp(-hb))) * hb2, 4 at a time. */
-static inline __attribute__((always_inline)) void swiglu_body(float *hb, const float *hb2, int n, ExpFn exp4) {
-    const f32x4 one = {1, 1, 1, 1};
+/* softmax(): the sum in the plain order (a chain of dependent adds). */
+static inline __attribute__((always_inline)) void softmax_body(float *x, int n, ExpFn exp8) {
+    exp_shifted_body(x, n, exp8);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += x[i];
+    divide_body(x, n, sum);
+}
+
+/* swiglu(): hb = hb * (1 / (1 + exp(-hb))) * hb2, 8 at a time. */
+static inline __attribute__((always_inline)) void swiglu_body(float *hb, const float *hb2, int n, ExpFn exp8) {
+    const f32x8 one = {1, 1, 1, 1, 1, 1, 1, 1};
     int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        f32x4 val = load4(hb + i);
-        val *= one / (one + exp4(-val));
-        val *= load4(hb2 + i);
+    for (; i + 8 <= n; i += 8) {
+        f32x8 val, up, e;
+        memcpy(&val, hb + i, sizeof val);
+        memcpy(&up, hb2 + i, sizeof up);
+        e = -val;
+        exp8(&e, &e);
+        val *= one / (one + e);
+        val *= up;
         memcpy(hb + i, &val, sizeof val);
     }
-    for (; i < n; i++) {
-        float val = hb[i];
-        val *= 1.0f / (1.0f + expf(-val));
-        val *= hb2[i];
-        hb[i] = val;
-    }
+    swiglu(hb + i, hb2 + i, n - i);
 }
 
 /* Attention scores of Q queries that share one KV head for the keys
@@ -3221,75 +2583,618 @@ weighted_values_body(float *const *out, const float *const *a, const int *n_keys
         }
 }
 
-/* attention_head for each of the n_heads query heads of n_tokens consecutive
-   tokens (positions pos, pos + 1, ...) that share one KV head: queries in
-   groups of up to 4, whose scores share the transposed keys (a group of 3 is
-   padded with a copy of its last query into att's 4th row). The keys, then
-   the values, come a tile at a time (kv_tile()). */
+/* scores_body for `count` queries (query[] padded to 4 with copies of the
+   last): 1, 2 or 4 as constants, which keep the sums in registers. */
+static inline __attribute__((always_inline)) void
+scores_group_body(float *att, size_t att_stride, const float *const *query, int count, const float *keys, int n_keys,
+                  int head_size, size_t stride, TransposeFn transpose) {
+    switch (count) {
+    case 1: scores_body(att, att_stride, query, 1, keys, n_keys, head_size, stride, transpose); break;
+    case 2: scores_body(att, att_stride, query, 2, keys, n_keys, head_size, stride, transpose); break;
+    default: scores_body(att, att_stride, query, 4, keys, n_keys, head_size, stride, transpose); break;
+    }
+}
+
+/* softmax_body of each query's scores, up to its last position. */
+static inline __attribute__((always_inline)) void softmax_rows_body(float *att, size_t att_stride, const int *last,
+                                                                    int count, ExpFn exp8) {
+    for (int k = 0; k < count; k++) softmax_body(att + k * att_stride, last[k] + 1, exp8);
+}
+
+/* The values of the positions [t0, t_end) (rows `stride` apart) weighted into
+   each query's out: two queries at a time when both see some of them. */
+static inline __attribute__((always_inline)) void
+weighted_values_tile(float *const *out, const float *att, size_t att_stride, const int *last, int count,
+                     const float *rows, size_t stride, int head_size, int t0, int t_end) {
+    int seen[4]; /* of these positions, by each query; never decreasing */
+    const float *a[4];
+    for (int k = 0; k < count; k++) {
+        seen[k] = last[k] + 1 < t_end ? last[k] + 1 - t0 : t_end - t0;
+        a[k] = att + k * att_stride + t0;
+    }
+    for (int k = 0; k < count;)
+        if (seen[k] <= 0) {
+            k++;
+        } else if (k + 1 < count) {
+            weighted_values_body(out + k, a + k, seen + k, 2, rows, stride, head_size, t0 > 0);
+            k += 2;
+        } else {
+            weighted_values_body(out + k, a + k, seen + k, 1, rows, stride, head_size, t0 > 0);
+            k++;
+        }
+}
+
+/* How a kernel set does attention's three steps for a group of queries over a
+   tile of cached rows: the scores (query[] is padded to the group's size with
+   copies of the last query, for the extra rows of att), each query's softmax
+   up to its last position, and the weighted values added into each query's out. */
+typedef void (*ScoresFn)(float *att, size_t att_stride, const float *const *query, int count, const float *keys,
+                         int n_keys, int head_size, size_t stride);
+typedef void (*SoftmaxRowsFn)(float *att, size_t att_stride, const int *last, int count);
+typedef void (*ValuesFn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
+                         const float *rows, size_t stride, int head_size, int t0, int t_end);
+
+/* attention_head for the n_heads query heads of n_tokens consecutive tokens
+   (positions pos, pos + 1, ...) that share KV head kv_head, `group` queries
+   (at most 8) at a time: each tile of keys, then of values (kv_tile()), is
+   read once for the group. The sums are attention_head's. Head sizes that are
+   not a multiple of head_step, or above max_head_size, go to Part I's loop. */
 static inline __attribute__((always_inline)) void
 attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                      const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
-                     int n_heads, ExpFn exp4, TransposeFn transpose) {
+                     int n_heads, int group, int head_step, int max_head_size, ScoresFn scores,
+                     SoftmaxRowsFn softmax_rows, ValuesFn weighted_values) {
     int head_size = keys->head_size;
-    if (kv_tile_positions(keys, pos + n_tokens) == 0) {
+    if (head_size % head_step || head_size > max_head_size || kv_tile_positions(keys, pos + n_tokens) == 0) {
         attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads);
         return;
     }
-    float tile[KV_TILE_FLOATS];
+    float tile[KV_TILE_FLOATS], divisor = sqrtf(head_size);
     int n_q = n_tokens * n_heads;
-    for (int first = 0; first < n_q; first += 4) {
-        int count = n_q - first < 4 ? n_q - first : 4, last[4];
-        const float *query[4];
-        float *query_out[4];
+    for (int first = 0; first < n_q; first += group) {
+        int count = n_q - first < group ? n_q - first : group, last[8];
+        const float *query[8];
+        float *query_out[8];
         attention_queries(query, query_out, last, q, out, first, count, n_heads, dim, head_size, pos);
+        for (int k = count; k < group; k++) query[k] = query[count - 1];
+        /* scores up to the latest position any of them sees */
         int n_keys = last[count - 1] + 1, per_tile = kv_tile_positions(keys, n_keys);
-        if (count == 3) query[3] = query[2];
         for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
             int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
             size_t stride;
             const float *rows = kv_tile(keys, layer, kv_head, t0, n, tile, &stride);
-            switch (count) {
-            case 1: scores_body(att + t0, att_stride, query, 1, rows, n, head_size, stride, transpose); break;
-            case 2: scores_body(att + t0, att_stride, query, 2, rows, n, head_size, stride, transpose); break;
-            default: scores_body(att + t0, att_stride, query, 4, rows, n, head_size, stride, transpose); break;
-            }
+            scores(att + t0, att_stride, query, count, rows, n, head_size, stride);
         }
         for (int k = 0; k < count; k++) {
             float *a = att + k * att_stride;
-            float d = sqrtf(head_size);
             int i = 0;
             for (; i + 8 <= last[k] + 1; i += 8) {
                 f32x8 v;
                 memcpy(&v, a + i, sizeof v);
-                v /= d;
+                v /= divisor;
                 memcpy(a + i, &v, sizeof v);
             }
-            for (; i <= last[k]; i++) a[i] /= d;
-            softmax_body(a, last[k] + 1, exp4);
+            for (; i <= last[k]; i++) a[i] /= divisor;
         }
+        softmax_rows(att, att_stride, last, count);
         for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
             int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
             size_t stride;
             const float *rows = kv_tile(values, layer, kv_head, t0, n, tile, &stride);
-            int seen[4]; /* of this tile's positions, by each query; never decreasing */
-            const float *a[4];
-            for (int k = 0; k < count; k++) {
-                seen[k] = last[k] + 1 < t0 + n ? last[k] + 1 - t0 : n;
-                a[k] = att + k * att_stride + t0;
-            }
-            for (int k = 0; k < count;) /* two queries at a time when both see some of the tile */
-                if (seen[k] <= 0) {
-                    k++;
-                } else if (k + 1 < count) {
-                    weighted_values_body(query_out + k, a + k, seen + k, 2, rows, stride, head_size, t0 > 0);
-                    k += 2;
-                } else {
-                    weighted_values_body(query_out + k, a + k, seen + k, 1, rows, stride, head_size, t0 > 0);
-                    k++;
-                }
+            weighted_values(query_out, att, att_stride, last, count, rows, stride, head_size, t0, t0 + n);
         }
     }
 }
+
+#if defined(__x86_64__)
+/* ------------------------------------------------------------------------- */
+/* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
+
+/* r[0..15] are 16 rows of 16 floats; afterwards r[m] holds column m. */
+static inline AVX512 void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) {
+        u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+    }
+    /* u[4a + c], 128-bit lane L, holds rows 4a..4a+3 of column 4L + c */
+    for (int c = 0; c < 4; c++) {
+        __m512 lo0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), lo1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        __m512 hi0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE), hi1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(lo0, lo1, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(hi0, hi1, 0xDD);
+    }
+}
+
+/* dst[c * dst_stride + r] = src[r * src_stride + c] for a rows x cols block, by
+   16x16 tiles. */
+static AVX512 void transpose(float *dst, size_t dst_stride, const float *src, size_t src_stride, int rows, int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        for (int c0 = 0; c0 < cols; c0 += 16) {
+            int nr = rows - r0 < 16 ? rows - r0 : 16, nc = cols - c0 < 16 ? cols - c0 : 16;
+            __mmask16 col_mask = (__mmask16)((1u << nc) - 1), row_mask = (__mmask16)((1u << nr) - 1);
+            __m512 t[16];
+            for (int k = 0; k < 16; k++)
+                t[k] = k < nr ? _mm512_maskz_loadu_ps(col_mask, src + (r0 + k) * src_stride + c0) : _mm512_setzero_ps();
+            transpose16(t);
+            for (int k = 0; k < nc; k++) {
+                if (nr == 16) _mm512_storeu_ps(dst + (c0 + k) * dst_stride + r0, t[k]); /* masked stores are slow on some CPUs */
+                else _mm512_mask_storeu_ps(dst + (c0 + k) * dst_stride + r0, row_mask, t[k]);
+            }
+        }
+    }
+}
+
+/* expf8_body's pieces: the fused multiply-add of 8 doubles, and the table
+   lookup as two permutes of its four 8-double rows. */
+static inline __attribute__((always_inline)) AVX512 void fma8_avx512(f64x8 *out, const f64x8 *a, const f64x8 *b,
+                                                                    const f64x8 *c) {
+    *out = (f64x8)_mm512_fmadd_pd((__m512d)*a, (__m512d)*b, (__m512d)*c);
+}
+
+static inline __attribute__((always_inline)) AVX512 void exp2_fraction_avx512(f64x8 *out, const u64x8 *k) {
+    __m512i i = _mm512_and_si512((__m512i)*k, _mm512_set1_epi64(31));
+    const __m512i *table = (const __m512i *)exp2_fraction;
+    __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(table), i, _mm512_loadu_si512(table + 1));
+    __m512i high = _mm512_permutex2var_epi64(_mm512_loadu_si512(table + 2), i, _mm512_loadu_si512(table + 3));
+    *out = (f64x8)_mm512_mask_blend_epi64(_mm512_test_epi64_mask(i, _mm512_set1_epi64(16)), low, high);
+}
+
+static AVX512 void expf8_avx512(f32x8 *y, const f32x8 *x) {
+    expf8_body(y, x, fma8_avx512, exp2_fraction_avx512);
+}
+static AVX512 void softmax_avx512(float *x, int n) { softmax_body(x, n, expf8_avx512); }
+static AVX512 void swiglu_avx512(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf8_avx512); }
+
+/* softmax() of up to 8 rows of att, row k up to position last[k]
+   (last[] never decreases). A sum in the plain order is a chain of dependent
+   adds; here the rows' sums advance together, one per lane, over 16x16
+   transposed blocks. */
+static AVX512 void softmax_rows_avx512(float *att, size_t att_stride, const int *last, int count) {
+    for (int k = 0; k < count; k++) exp_shifted_body(att + k * att_stride, last[k] + 1, expf8_avx512);
+    __m512 lane_sum = _mm512_setzero_ps(); /* lane k: row k's sum so far */
+    int t = 0;
+    for (; t + 16 <= last[0] + 1; t += 16) {
+        __m512 r[16];
+        for (int k = 0; k < 16; k++) r[k] = k < count ? _mm512_loadu_ps(att + k * att_stride + t) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int c = 0; c < 16; c++) lane_sum = _mm512_add_ps(lane_sum, r[c]);
+    }
+    float sum[16];
+    _mm512_storeu_ps(sum, lane_sum);
+    for (int k = 0; k < count; k++) {
+        float *a = att + k * att_stride;
+        for (int i = t; i <= last[k]; i++) sum[k] += a[i];
+        divide_body(a, last[k] + 1, sum[k]);
+    }
+}
+
+/* Attention scores of Q queries that share one KV head, for head sizes 16,
+   32, ... 128: att[h * att_stride + t] = q[h] . key_t for t < n_keys, as
+   matvec_avx512 would give for each query. Each block of 16 keys is transposed
+   once (key t in lane t) and then serves all Q queries. */
+static inline __attribute__((always_inline)) AVX512 void
+scores_avx512(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
+            size_t kv_dim) {
+    int t = 0;
+    for (; t + 16 <= n_keys; t += 16) {
+        const float *block = keys + t * kv_dim;
+        __m512 columns[128]; /* columns[j]: dimension j of the 16 keys */
+        for (int j = 0; j < head_size; j += 16) {
+            for (int k = 0; k < 16; k++) {
+                /* the cache rows are far apart: ask for the next block's now */
+                if (t + 32 <= n_keys) prefetch(block + k * kv_dim + j, 16 * kv_dim * sizeof(float));
+                columns[j + k] = _mm512_loadu_ps(block + k * kv_dim + j);
+            }
+            transpose16(columns + j);
+        }
+        __m512 acc[8];
+        for (int h = 0; h < Q; h++) acc[h] = _mm512_setzero_ps();
+        for (int j = 0; j < head_size; j++)
+            for (int h = 0; h < Q; h++) acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(columns[j], _mm512_set1_ps(q[h][j])));
+        for (int h = 0; h < Q; h++) _mm512_storeu_ps(att + h * att_stride + t, acc[h]);
+    }
+    scores_tail(att, att_stride, q, Q, keys, t, n_keys, head_size, kv_dim);
+}
+
+/* out[k] = sum over t <= last[k] of att[k][t] * value_t, t in order, for G
+   queries and value rows of 16 * V floats, over the tile of positions
+   [t0, t_end) whose rows start at `rows`: the sums start from zero in the
+   first tile and from out in the next ones, and stay in registers while the
+   rows stream past, each row loaded once for the G. last[] never decreases,
+   so they run together up to the first one's last position. */
+static inline __attribute__((always_inline)) AVX512 void
+weighted_values_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
+                      const float *rows, size_t stride, int V, int t0, int t_end) {
+    __m512 acc[4][8];
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) acc[g][v] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out[g] + 16 * v);
+    int together_end = last[0] + 1 < t_end ? last[0] + 1 : t_end;
+    for (int t = t0; t < together_end; t++) {
+        const float *row = rows + (size_t)(t - t0) * stride;
+        for (int v = 0; v < V; v++) prefetch(row + 16 * v, 16 * stride * sizeof(float));
+        for (int v = 0; v < V; v++) {
+            __m512 value = _mm512_loadu_ps(row + 16 * v);
+            for (int g = 0; g < G; g++)
+                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
+        }
+    }
+    for (int g = 1; g < G; g++) {
+        int end = last[g] + 1 < t_end ? last[g] + 1 : t_end;
+        for (int t = last[0] + 1 > t0 ? last[0] + 1 : t0; t < end; t++)
+            for (int v = 0; v < V; v++)
+                acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]),
+                                                                 _mm512_loadu_ps(rows + (size_t)(t - t0) * stride + 16 * v)));
+    }
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
+}
+
+/* weighted_values_group for n_q queries: 4 at a time when 4 * V sums fit in
+   registers (V <= 4), else 2. */
+static inline __attribute__((always_inline)) AVX512 void
+weighted_values(float *const *out, const float *att, size_t att_stride, const int *last, int n_q, const float *rows,
+                size_t stride, int V, int t0, int t_end) {
+    int k = 0;
+    if (V <= 4)
+        for (; k + 4 <= n_q; k += 4)
+            weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, rows, stride, V, t0, t_end);
+    for (; k + 2 <= n_q; k += 2)
+        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, rows, stride, V, t0, t_end);
+    for (; k < n_q; k++)
+        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, rows, stride, V, t0, t_end);
+}
+
+/* scores_avx512 for `count` queries, as 1, 2, 4 or 8 (query[] is padded):
+   a constant count keeps the sums in registers. */
+static AVX512 void scores_group_avx512(float *att, size_t att_stride, const float *const *query, int count,
+                                       const float *keys, int n_keys, int head_size, size_t stride) {
+    switch (count) {
+    case 1: scores_avx512(att, att_stride, query, 1, keys, n_keys, head_size, stride); break;
+    case 2: scores_avx512(att, att_stride, query, 2, keys, n_keys, head_size, stride); break;
+    case 3: case 4: scores_avx512(att, att_stride, query, 4, keys, n_keys, head_size, stride); break;
+    default: scores_avx512(att, att_stride, query, 8, keys, n_keys, head_size, stride); break;
+    }
+}
+
+/* weighted_values with V = head_size / 16 constant. */
+static AVX512 void weighted_values_avx512(float *const *out, const float *att, size_t att_stride, const int *last,
+                                          int n_q, const float *rows, size_t stride, int head_size, int t0,
+                                          int t_end) {
+    switch (head_size / 16) {
+    case 1: weighted_values(out, att, att_stride, last, n_q, rows, stride, 1, t0, t_end); break;
+    case 2: weighted_values(out, att, att_stride, last, n_q, rows, stride, 2, t0, t_end); break;
+    case 3: weighted_values(out, att, att_stride, last, n_q, rows, stride, 3, t0, t_end); break;
+    case 4: weighted_values(out, att, att_stride, last, n_q, rows, stride, 4, t0, t_end); break;
+    case 5: weighted_values(out, att, att_stride, last, n_q, rows, stride, 5, t0, t_end); break;
+    case 6: weighted_values(out, att, att_stride, last, n_q, rows, stride, 6, t0, t_end); break;
+    case 7: weighted_values(out, att, att_stride, last, n_q, rows, stride, 7, t0, t_end); break;
+    default: weighted_values(out, att, att_stride, last, n_q, rows, stride, 8, t0, t_end); break;
+    }
+}
+
+/* The attention driver, 8 queries at a time, for head sizes 16, 32, ... 128. */
+static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos,
+                                          const KVCache *keys, const KVCache *values, int layer, int kv_head,
+                                          float *att, size_t att_stride, float *row, int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads, 8,
+                         16, 128, scores_group_avx512, softmax_rows_avx512, weighted_values_avx512);
+}
+
+/* Batched matvec with one token per lane: out_t[i][t] = W[i] . x[t], where the
+   input is transposed (x_t[j][t]) and tokens are padded to `width`, a multiple
+   of 16 up to 64. R rows and V = width / 16 vectors of tokens make R x V
+   accumulators; columns [jb, je) are added to what out_t holds (zero if jb == 0). */
+static inline __attribute__((always_inline)) AVX512 void
+tokens_block(float *out_t, const float *x_t, const float *w, int n, int width, int row, int R, int V, int jb, int je) {
+    __m512 acc[6][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++)
+            acc[r][v] = jb == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out_t + (size_t)(row + r) * width + 16 * v);
+    for (int j = jb; j < je; j++) {
+        if (j % 16 == 0) /* a new cache line of these rows: ask for the next rows' line now */
+            for (int r = 0; r < R; r++) prefetch(w + (size_t)(row + r) * n + j, (size_t)R * n * sizeof(float));
+        __m512 xv[4];
+        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_ps(x_t + (size_t)j * width + 16 * v);
+        for (int r = 0; r < R; r++) {
+            __m512 wr = _mm512_set1_ps(w[(size_t)(row + r) * n + j]);
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(wr, xv[v]));
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * v, acc[r][v]);
+}
+
+static AVX512 void matmul_tokens_rows(float *out_t, const float *x_t, const float *w, int n, int width, int begin, int end, int V) {
+    /* a block of columns of x_t stays in cache while every row uses it */
+    for (int jb = 0; jb < n; jb += 256) {
+        int je = jb + 256 < n ? jb + 256 : n, i = begin;
+        for (; i + 6 <= end; i += 6) tokens_block(out_t, x_t, w, n, width, i, 6, V, jb, je);
+        for (; i < end; i++) tokens_block(out_t, x_t, w, n, width, i, 1, V, jb, je);
+    }
+}
+
+/* matvec() for a few tokens (T <= 8), whose lanes above would be mostly
+   padding: 16 rows at a time, one per lane; each 16x16 block of weights is
+   transposed so that lane r adds row r's products in column order, and serves
+   all T tokens, T independent sums (so more tokens come almost free). */
+static inline __attribute__((always_inline)) AVX512 void
+few_tokens_rows(float *out, size_t out_stride, const float *x_t, int width, const float *w, int n, int T, int begin,
+                int end) {
+    size_t ahead = prefetch_ahead(n * sizeof(float), 16);
+    int i = begin;
+    for (; i + 16 <= end; i += 16) {
+        const float *block = w + (size_t)i * n;
+        __m512 acc[8];
+        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        for (int j = 0; j < n; j += 16) {
+            int cols = n - j < 16 ? n - j : 16;
+            __m512 r[16];
+            for (int k = 0; k < 16; k++) {
+                prefetch(block + (size_t)k * n + j, ahead);
+                r[k] = _mm512_maskz_loadu_ps((__mmask16)((1u << cols) - 1), block + (size_t)k * n + j);
+            }
+            transpose16(r);
+            if (cols == 16) /* the whole block, unrolled */
+                for (int c = 0; c < 16; c++)
+                    for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(r[c], _mm512_set1_ps(x_t[(size_t)(j + c) * width + t])));
+            else
+                for (int c = 0; c < cols; c++)
+                    for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(r[c], _mm512_set1_ps(x_t[(size_t)(j + c) * width + t])));
+        }
+        for (int t = 0; t < T; t++) _mm512_storeu_ps(out + t * out_stride + i, acc[t]);
+    }
+    few_tokens_plain(out, out_stride, x_t, width, w, n, T, i, end);
+}
+
+static AVX512 void matvec_avx512(float *out, const float *x, const float *w, int n, int begin, int end) {
+    few_tokens_rows(out, 0, x, 1, w, n, 1, begin, end);
+}
+
+/* Rows [begin, end) of out[t][i] = W[i] . x[t] for T tokens, via out_t. */
+static AVX512 void matmul_tokens_avx512(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
+                               int n, int T, int begin, int end) {
+    int V = (T + 15) / 16, width = 16 * V;
+    switch (T) { /* a constant T keeps the sums in registers */
+    case 2: few_tokens_rows(out, out_stride, x_t, width, w, n, 2, begin, end); return;
+    case 3: few_tokens_rows(out, out_stride, x_t, width, w, n, 3, begin, end); return;
+    case 4: few_tokens_rows(out, out_stride, x_t, width, w, n, 4, begin, end); return;
+    case 5: few_tokens_rows(out, out_stride, x_t, width, w, n, 5, begin, end); return;
+    case 6: few_tokens_rows(out, out_stride, x_t, width, w, n, 6, begin, end); return;
+    case 7: few_tokens_rows(out, out_stride, x_t, width, w, n, 7, begin, end); return;
+    case 8: few_tokens_rows(out, out_stride, x_t, width, w, n, 8, begin, end); return;
+    }
+    switch (V) { /* constant V lets the compiler keep the accumulators in registers */
+    case 1: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 1); break;
+    case 2: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 2); break;
+    case 3: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 3); break;
+    default: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 4); break;
+    }
+    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
+}
+
+/* quantize() for group sizes that are a multiple of 16: the same maximum, the
+   same division and the same rounding, 16 values at a time. */
+static AVX512 void quantize_avx512(int8_t *q, float *scale, const float *x, int n, int group_size) {
+    if (group_size % 16) {
+        quantize(q, scale, x, n, group_size);
+        return;
+    }
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    for (int g = 0; g < n / group_size; g++) {
+        const float *group = x + g * group_size;
+        __m512 max_abs = _mm512_setzero_ps();
+        for (int i = 0; i < group_size; i += 16) max_abs = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(group + i)), max_abs);
+        float s = _mm512_reduce_max_ps(max_abs) / 127.0f;
+        scale[g] = s;
+        __m512 sv = _mm512_set1_ps(s);
+        for (int i = 0; i < group_size; i += 16) {
+            __m512 v = s > 0 ? _mm512_div_ps(_mm512_loadu_ps(group + i), sv) : _mm512_setzero_ps();
+            __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), half, _CMP_GE_OQ);
+            __m512 step = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_sub_ps(_mm512_setzero_ps(), one), one);
+            r = _mm512_mask_add_ps(r, up, r, step);
+            /* as quantize(): NaN, and values past +-127 (a subnormal scale), give 0 */
+            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
+            _mm_storeu_si128((__m128i *)(q + g * group_size + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+        }
+    }
+}
+
+/* Batched int8 matvec with one token per lane: out_t[i][t] = W[i] . x[t].
+   A vector holds the same inputs of 16 tokens, 4 bytes per token, and each
+   weight of a row is broadcast to all lanes:
+   VNNI: 4 int8 inputs per slot against 4 weights (vpdpbusd multiplies
+   unsigned by signed bytes, so w goes in as w + 128); the bias 128 * sum(x)
+   per group and token is subtracted at the group's end;
+   without VNNI: 2 inputs widened to int16 per slot against 2 weights
+   (vpmaddwd), the weights widened 64 at a time into a small buffer first.
+   The integer dot products are exact, and the float sum over groups runs in
+   the plain kernel's order. R rows by V vectors of 16 tokens. */
+
+/* The batched int8 kernels' input, made once per matmul by prepare_q8_*:
+   the values [n / per_slot][width] in 4-byte slots, then per group and token
+   the scales [groups][width] and (VNNI) the biases [groups][width]. */
+typedef struct {
+    const int32_t *x;
+    const float *scale;
+    const int32_t *bias;
+} Q8Tokens;
+
+static Q8Tokens q8_tokens_layout(const void *scratch, int n, int group_size, int T, int per_slot) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size;
+    const int32_t *x = scratch;
+    const float *scale = (const float *)(x + (size_t)n / per_slot * width);
+    return (Q8Tokens){x, scale, (const int32_t *)(scale + (size_t)groups * width)};
+}
+
+/* acc[r][v] = the integer dot products of weights [j0, j1) of rows row.. with
+   the tokens of vectors v0.. */
+typedef void (*Q8GroupDots)(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0,
+                            int V, int j0, int j1);
+
+static inline __attribute__((always_inline)) VNNI void
+group_dots_vnni(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
+                int j1) {
+    for (int j = j0; j < j1; j += 4) {
+        if (j % 64 == 0) /* a new cache line of these rows: ask for the next rows' line now */
+            for (int r = 0; r < R; r++) prefetch(w + (size_t)r * n + j, (size_t)R * n);
+        __m512i xv[2];
+        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(x + (size_t)(j / 4) * width + 16 * (v0 + v));
+        for (int r = 0; r < R; r++) {
+            int32_t four;
+            memcpy(&four, w + (size_t)r * n + j, 4);
+            __m512i w_unsigned = _mm512_xor_si512(_mm512_set1_epi32(four), _mm512_set1_epi8((char)0x80));
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w_unsigned, xv[v]);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+group_dots_madd(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int width, int R, int v0, int V, int j0,
+                int j1) {
+    for (int jb = j0; jb < j1; jb += 64) {
+        int len = j1 - jb < 64 ? j1 - jb : 64;
+        int32_t pairs[6][32]; /* weights jb.. of each row as int16 pairs */
+        for (int r = 0; r < R; r++) {
+            const int8_t *src = w + (size_t)r * n + jb;
+            prefetch(src, (size_t)R * n);
+            int k = 0;
+            for (; k + 32 <= len; k += 32)
+                _mm512_storeu_si512(pairs[r] + k / 2, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(src + k))));
+            for (; k < len; k += 2) pairs[r][k / 2] = int16_pair(src + k);
+        }
+        const int32_t *xp = x + (size_t)(jb / 2) * width + 16 * v0; /* the tokens' pair jb / 2 + p */
+        for (int p = 0; p < len / 2; p++, xp += width) {
+            __m512i xv[2];
+            for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512(xp + 16 * v);
+            for (int r = 0; r < R; r++) {
+                __m512i pair = _mm512_set1_epi32(pairs[r][p]);
+                for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_epi32(acc[r][v], _mm512_madd_epi16(pair, xv[v]));
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row, int R,
+                int v0, int V, Q8GroupDots group_dots) {
+    int groups = n / group_size;
+    __m512 val[6][2];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) val[r][v] = _mm512_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        __m512i acc[6][2];
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
+        group_dots(acc, in.x, w->q + (size_t)row * n, n, width, R, v0, V, g * group_size, (g + 1) * group_size);
+        for (int v = 0; v < V; v++) {
+            size_t at = (size_t)g * width + 16 * (v0 + v);
+            __m512i bias = in.bias ? _mm512_loadu_si512(in.bias + at) : _mm512_setzero_si512();
+            __m512 x_scale = _mm512_loadu_ps(in.scale + at);
+            for (int r = 0; r < R; r++) {
+                __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], bias));
+                __m512 ws = _mm512_set1_ps(w->scale[(size_t)(row + r) * groups + g]);
+                val[r][v] = _mm512_add_ps(val[r][v], _mm512_mul_ps(_mm512_mul_ps(ival, ws), x_scale));
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out_t + (size_t)(row + r) * width + 16 * (v0 + v), val[r][v]);
+}
+
+/* Rows [begin, end) for all T tokens, in blocks of 6 rows by V (1 or 2)
+   vectors of 16 tokens: constant sizes keep the sums in registers, 12 integer
+   and 12 float ones. (6 by 2 measured fastest: more vectors would widen the
+   weights less often, but leave fewer registers for rows.) */
+static inline __attribute__((always_inline)) AVX512 void
+q8_tokens_rows(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int begin, int end,
+               int v0, int V, Q8GroupDots dots) {
+    int i = begin;
+    for (; i + 6 <= end; i += 6) q8_tokens_block(out_t, in, w, n, group_size, width, i, 6, v0, V, dots);
+    for (; i < end; i++) q8_tokens_block(out_t, in, w, n, group_size, width, i, 1, v0, V, dots);
+}
+
+/* The whole batch, 2 vectors of tokens at a time. */
+static inline __attribute__((always_inline)) AVX512 void
+matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, Q8Tokens in, const Matrix *w, int n,
+                      int group_size, int T, int begin, int end, Q8GroupDots dots) {
+    int width = (T + 15) / 16 * 16;
+    for (int v0 = 0; v0 < width / 16; v0 += 2) {
+        if (v0 + 2 <= width / 16) q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 2, dots);
+        else q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 1, dots);
+    }
+    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
+}
+
+static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                       const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_vnni);
+}
+
+static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                           const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 2);
+    in.bias = NULL;
+    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_madd);
+}
+
+/* VNNI layout: 4 int8 values of a token per slot (by 32-bit transposes), the
+   scales, and 128 * each group's sum. */
+static AVX512 void prepare_q8_vnni(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
+                                   int begin, int end) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size, rows = (end < T ? end : T) - begin;
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    int32_t *bias = (int32_t *)in.bias;
+    transpose((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
+    transpose((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
+    for (int t = begin; t < begin + rows; t++)
+        for (int g = 0; g < groups; g++) {
+            int32_t sum = 0;
+            for (int k = 0; k < group_size; k++) sum += xq[(size_t)t * n + g * group_size + k];
+            bias[(size_t)g * width + t] = 128 * sum;
+        }
+}
+
+/* vpmaddwd layout: 2 int8 values of a token widened to int16 per slot, and the scales. */
+static AVX512 void prepare_q8_madd(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
+                                   int begin, int end) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size, rows = (end < T ? end : T) - begin;
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 2);
+    int32_t *x = (int32_t *)in.x;
+    for (int j = 0; j < n; j += 2)
+        for (int t = begin; t < begin + rows; t++) x[(size_t)j / 2 * width + t] = int16_pair(xq + (size_t)t * n + j);
+    transpose((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
+}
+
+static int q8_tokens_vnni_supports(int group_size) { return group_size % 4 == 0; }
+static int q8_tokens_madd_supports(int group_size) { return group_size % 2 == 0; }
+
+static AVX512 void prepare_tokens_avx512(float *x_t, const float *x, int n, int T) {
+    transpose(x_t, (T + 15) / 16 * 16, x, n, T, n);
+}
+
+static int cpu_has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni"); }
+
+#endif
 
 /* ------------------------------------------------------------------------- */
 /* 4. Entry points                                                             */
@@ -3338,112 +3243,67 @@ prepare_q8_pairs_body(void *scratch, const int8_t *xq, const float *xs, int n, i
     }
 }
 
-#if defined(__x86_64__)
-/* AVX2 (+FMA for expf4_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
-   tokens of sums. */
-#define AVX2 __attribute__((target("avx2,fma")))
+/* The kernel set of one target, built from the bodies above with its pieces
+   (transpose8, an 8-lane expf, dot8, pair): V vectors of 8 tokens per batched
+   block (and 8 * V rows per matvec step), R rows per batched fp32 block and
+   R8 per int8 one; quantize_fn and attention_fn are its quantize and
+   attention_block. */
+#define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, dot8, pair, quantize_fn, attention_fn) \
+    static TARGET void matvec_##set(float *out, const float *x, const float *w, int n, int begin, int end) { \
+        matvec_body(out, x, w, n, begin, end, V, transpose); \
+    } \
+    static TARGET void matmul_tokens_##set(float *out, size_t out_stride, float *out_t, const float *x_t, \
+                                           const float *w, int n, int T, int begin, int end) { \
+        matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, R, V, transpose); \
+    } \
+    static TARGET void matvec_q8_##set(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, \
+                                       int group_size, int begin, int end) { \
+        matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8); \
+    } \
+    static TARGET void prepare_q8_pairs_##set(void *scratch, const int8_t *xq, const float *xs, int n, \
+                                              int group_size, int T, int begin, int end) { \
+        prepare_q8_pairs_body(scratch, xq, xs, n, group_size, T, begin, end, transpose); \
+    } \
+    static TARGET void matmul_q8_tokens_##set(float *out, size_t out_stride, float *out_t, const void *scratch, \
+                                              const Matrix *w, int n, int group_size, int T, int begin, int end) { \
+        matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, R8, V, pair, \
+                              transpose); \
+    } \
+    static TARGET void softmax_##set(float *x, int n) { softmax_body(x, n, exp8); } \
+    static TARGET void swiglu_##set(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, exp8); } \
+    static const KernelSet set##_kernels = { \
+        .name = #set, .cpu_has = cpu, .matvec = matvec_##set, .quantize = quantize_fn, \
+        .matvec_q8 = matvec_q8_##set, .softmax = softmax_##set, .swiglu = swiglu_##set, \
+        .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
+        .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs_##set, \
+        .matmul_q8_tokens = matmul_q8_tokens_##set, \
+    };
 
-static AVX2 void matvec_avx2(float *out, const float *x, const float *w, int n, int begin, int end) {
-    matvec_body(out, x, w, n, begin, end, 2, transpose8_avx2);
-}
-static AVX2 void matmul_tokens_avx2(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w,
-                                    int n, int T, int begin, int end) {
-    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2, transpose8_avx2);
-}
-static AVX2 void quantize_avx2(int8_t *q, float *scale, const float *x, int n, int group_size) {
-    quantize_body(q, scale, x, n, group_size);
-}
-static AVX2 void prepare_q8_pairs_avx2(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
-                                       int begin, int end) {
-    prepare_q8_pairs_body(scratch, xq, xs, n, group_size, T, begin, end, transpose8_avx2);
-}
-static AVX2 void matvec_q8_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                                int begin, int end) {
-    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_avx2);
-}
-/* The AVX-512 sets use this 8-row kernel too, for decoding is memory-bound: 8
-   rows at a time read memory faster than 16 (single thread, 768x2048, group
-   size 64: 30 GB/s against 16 without VNNI, 42 against 28 with). */
-static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                                int begin, int end) {
-    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_vnni);
-}
-static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out_t, const void *scratch,
-                                       const Matrix *w, int n, int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 6, 2, pair_avx2,
-                          transpose8_avx2);
-}
-static AVX2 void softmax_avx2(float *x, int n) { softmax_body(x, n, expf4_avx2); }
-static AVX2 void swiglu_avx2(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_avx2); }
-static AVX2 void
-attention_block_avx2(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
-                     const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
-                     int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads,
-                         expf4_avx2, transpose8_avx2);
-}
-
-/* Baseline x86-64 (SSE2): 16 xmm registers, each f32x8 takes two, so 4 rows x
-   1 vector of tokens; expf() per lane. Its quantize and attention are Part I's:
-   with half the registers, the 8-lane versions spill and were slower. */
-static void matvec_sse(float *out, const float *x, const float *w, int n, int begin, int end) {
-    matvec_body(out, x, w, n, begin, end, 1, transpose8);
-}
-static void matmul_tokens_sse(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n,
-                              int T, int begin, int end) {
-    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 4, 1, transpose8);
-}
-static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                          int begin, int end) {
-    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_sse);
-}
-static void matmul_q8_tokens_sse(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w,
-                                 int n, int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 1, pair_sse, transpose8);
-}
-static void prepare_q8_pairs_sse(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
-                                 int begin, int end) {
-    prepare_q8_pairs_body(scratch, xq, xs, n, group_size, T, begin, end, transpose8);
-}
-static void softmax_sse(float *x, int n) { softmax_body(x, n, expf4_libm); }
-static void swiglu_sse(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_libm); }
-#endif
-
-#if defined(__aarch64__)
-/* NEON: 32 q registers, so 6 rows x 2 vectors of tokens; expf() per lane. */
-static void matvec_neon(float *out, const float *x, const float *w, int n, int begin, int end) {
-    matvec_body(out, x, w, n, begin, end, 2, transpose8);
-}
-static void matmul_tokens_neon(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n,
-                               int T, int begin, int end) {
-    matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, 6, 2, transpose8);
-}
-static void quantize_neon(int8_t *q, float *scale, const float *x, int n, int group_size) {
-    quantize_body(q, scale, x, n, group_size);
-}
-static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                           int begin, int end) {
-    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_neon);
-}
-static void matmul_q8_tokens_neon(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w,
-                                  int n, int group_size, int T, int begin, int end) {
-    matmul_q8_tokens_body(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, 4, 2, pair_neon,
-                          transpose8);
-}
-static void prepare_q8_pairs_neon(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
-                                  int begin, int end) {
-    prepare_q8_pairs_body(scratch, xq, xs, n, group_size, T, begin, end, transpose8);
-}
-static void softmax_neon(float *x, int n) { softmax_body(x, n, expf4_neon); }
-static void swiglu_neon(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf4_neon); }
-static void
-attention_block_neon(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
-                     const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
-                     int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads,
-                         expf4_neon, transpose8);
-}
-#endif
+/* The 8-lane quantize() and attention of one target: queries 4 at a time,
+   any head size whose int8 rows fit a tile. */
+#define FAST_ATTENTION_8LANE(set, TARGET, transpose, exp8) \
+    static TARGET void quantize_##set(int8_t *q, float *scale, const float *x, int n, int group_size) { \
+        quantize_body(q, scale, x, n, group_size); \
+    } \
+    static TARGET void scores_##set(float *att, size_t att_stride, const float *const *query, int count, \
+                                    const float *keys, int n_keys, int head_size, size_t stride) { \
+        scores_group_body(att, att_stride, query, count, keys, n_keys, head_size, stride, transpose); \
+    } \
+    static TARGET void softmax_rows_##set(float *att, size_t att_stride, const int *last, int count) { \
+        softmax_rows_body(att, att_stride, last, count, exp8); \
+    } \
+    static TARGET void weighted_values_##set(float *const *out, const float *att, size_t att_stride, \
+                                             const int *last, int count, const float *rows, size_t stride, \
+                                             int head_size, int t0, int t_end) { \
+        weighted_values_tile(out, att, att_stride, last, count, rows, stride, head_size, t0, t_end); \
+    } \
+    static TARGET void attention_block_##set(float *out, const float *q, int n_tokens, int dim, int pos, \
+                                             const KVCache *keys, const KVCache *values, int layer, int kv_head, \
+                                             float *att, size_t att_stride, float *row, int n_heads) { \
+        attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, \
+                             n_heads, 4, 1, KV_TILE_FLOATS, scores_##set, softmax_rows_##set, \
+                             weighted_values_##set); \
+    }
 
 #if defined(__x86_64__)
 static int cpu_has_avx2(void) {
@@ -3451,87 +3311,52 @@ static int cpu_has_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-static const KernelSet sse_kernels = {
-    .name = "sse",
-    .cpu_has = cpu_has_always,
-    .matvec = matvec_sse,
-    .quantize = quantize,
-    .matvec_q8 = matvec_q8_sse,
-    .softmax = softmax_sse,
-    .swiglu = swiglu_sse,
-    .attention_block = attention_block_plain,
-    .prepare_tokens = prepare_tokens8,
-    .matmul_tokens = matmul_tokens_sse,
-    .q8_tokens_supports = q8_pairs_supports,
-    .prepare_q8_tokens = prepare_q8_pairs_sse,
-    .matmul_q8_tokens = matmul_q8_tokens_sse,
-};
+/* Baseline x86-64 (SSE2): 16 xmm registers, each f32x8 takes two, so 4 rows x
+   1 vector of tokens; expf() per lane. Its quantize and attention are Part
+   I's: with half the registers, the 8-lane ones spill and are slower
+   (stories110M int8, one thread, 900-token prompt: prefill 94 against 130
+   tok/s, decode with the int8 cache 56 against 88). */
+KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, dot8_sse, pair_sse, quantize,
+                 attention_block_plain)
 
-static const KernelSet avx2_kernels = {
-    .name = "avx2",
-    .cpu_has = cpu_has_avx2,
-    .matvec = matvec_avx2,
-    .quantize = quantize_avx2,
-    .matvec_q8 = matvec_q8_avx2,
-    .softmax = softmax_avx2,
-    .swiglu = swiglu_avx2,
-    .attention_block = attention_block_avx2,
-    .prepare_tokens = prepare_tokens8,
-    .matmul_tokens = matmul_tokens_avx2,
-    .q8_tokens_supports = q8_pairs_supports,
-    .prepare_q8_tokens = prepare_q8_pairs_avx2,
-    .matmul_q8_tokens = matmul_q8_tokens_avx2,
-};
+/* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
+   tokens of sums. */
+FAST_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2)
+KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, dot8_avx2, pair_avx2, quantize_avx2,
+                 attention_block_avx2)
+
+/* The AVX-512 sets decode int8 with the 8-row kernel too, for decoding is
+   memory-bound: 8 rows at a time read memory faster than 16 (single thread,
+   768x2048, group size 64: 30 GB/s against 16 without VNNI, 42 against 28
+   with). */
+static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                                int begin, int end) {
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_vnni);
+}
 
 static const KernelSet avx512_kernels = {
-    .name = "avx512",
-    .cpu_has = cpu_has_avx512,
-    .matvec = matvec_avx512,
-    .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_avx2,
-    .softmax = softmax_avx512,
-    .swiglu = swiglu_avx512,
-    .attention_block = attention_block_avx512,
-    .prepare_tokens = prepare_tokens_avx512,
-    .matmul_tokens = matmul_tokens_avx512,
-    .q8_tokens_supports = q8_tokens_madd_supports,
-    .prepare_q8_tokens = prepare_q8_madd,
-    .matmul_q8_tokens = matmul_q8_tokens_avx512,
+    .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
+    .matvec_q8 = matvec_q8_avx2, .softmax = softmax_avx512, .swiglu = swiglu_avx512,
+    .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
+    .matmul_tokens = matmul_tokens_avx512, .q8_tokens_supports = q8_tokens_madd_supports,
+    .prepare_q8_tokens = prepare_q8_madd, .matmul_q8_tokens = matmul_q8_tokens_avx512,
 };
 
 static const KernelSet vnni_kernels = {
-    .name = "vnni",
-    .cpu_has = cpu_has_vnni,
-    .matvec = matvec_avx512,
-    .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_vnni,
-    .softmax = softmax_avx512,
-    .swiglu = swiglu_avx512,
-    .attention_block = attention_block_avx512,
-    .prepare_tokens = prepare_tokens_avx512,
-    .matmul_tokens = matmul_tokens_avx512,
-    .q8_tokens_supports = q8_tokens_vnni_supports,
-    .prepare_q8_tokens = prepare_q8_vnni,
-    .matmul_q8_tokens = matmul_q8_tokens_vnni,
+    .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
+    .matvec_q8 = matvec_q8_vnni, .softmax = softmax_avx512, .swiglu = swiglu_avx512,
+    .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
+    .matmul_tokens = matmul_tokens_avx512, .q8_tokens_supports = q8_tokens_vnni_supports,
+    .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
 };
 #endif
 
 #if defined(__aarch64__)
-static const KernelSet neon_kernels = {
-    .name = "neon",
-    .cpu_has = cpu_has_always,
-    .matvec = matvec_neon,
-    .quantize = quantize_neon,
-    .matvec_q8 = matvec_q8_neon,
-    .softmax = softmax_neon,
-    .swiglu = swiglu_neon,
-    .attention_block = attention_block_neon,
-    .prepare_tokens = prepare_tokens8,
-    .matmul_tokens = matmul_tokens_neon,
-    .q8_tokens_supports = q8_pairs_supports,
-    .prepare_q8_tokens = prepare_q8_pairs_neon,
-    .matmul_q8_tokens = matmul_q8_tokens_neon,
-};
+/* NEON: 32 q registers, so 6 rows x 2 vectors of tokens (int8: 4 x 2); expf
+   with NEON's fused multiply-add. */
+FAST_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
+KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, dot8_neon, pair_neon, quantize_neon,
+                 attention_block_neon)
 #endif
 
 /* Every set this build has, slowest first. */
@@ -4149,11 +3974,38 @@ static void report_speed(const Decoder *d, int prompt_tokens, double prompt_seco
     fprintf(stderr, "\n");
 }
 
+/* Prints the model's answer. first was drawn after the context's last token;
+   each token is printed, then appended to the context, until one of stop_ids
+   (not printed), max_new tokens or a closed stdout (EPIPE); decode_step() runs
+   the model for the next ones. Returns how many were printed; *stopped: whether
+   a stop token ended it. */
+static long print_answer(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, int first, long max_new,
+                         const int *stop_ids, int n_stop, int *stopped) {
+    int next[MAX_DRAFT + 1] = {first}, n_next = 1, prev = d->seq.ids[d->seq.n - 1];
+    long printed = 0;
+    *stopped = 0;
+    for (;;) {
+        int shown = 0;
+        for (; shown < n_next && printed < max_new && !ferror(stdout); shown++, printed++) {
+            for (int k = 0; k < n_stop; k++) *stopped |= next[shown] == stop_ids[k];
+            if (*stopped) break;
+            int len;
+            const char *piece = decode(tok, prev, next[shown], &len);
+            print_piece(tok, stdout, piece, len);
+            fflush(stdout);
+            prev = next[shown];
+        }
+        append_ids(&d->seq, next, shown);
+        if (*stopped || printed == max_new || ferror(stdout)) return printed;
+        n_next = decode_step(m, d, sampler, max_new - printed, next);
+    }
+}
+
 /* Prints the prompt's pieces, then sampled ones, until `steps` tokens have
    been run or the model emits a stop token; past the context, the context
    shifts (shift_context()). The prompt goes through the model in batches; the
    text is the same as feeding it one token at a time. */
-static void generate(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const char *prompt, int steps) {
+static void generate(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, const char *prompt, int steps) {
     const Config *c = &m->ck.config;
     int n_prompt;
     int *prompt_tokens = encode(tok, prompt, strlen(prompt), 1, 0, &n_prompt);
@@ -4170,38 +4022,17 @@ static void generate(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, con
     }
     fflush(stdout);
     double start = seconds_now(), prompt_done = start;
-    int generated = 0;
+    long generated = 0;
     if (n_prompt <= steps) {
-        int next[MAX_DRAFT + 1], n_next = 1;
         d->n_keep = n_prompt; /* a context shift keeps the prompt (up to half the context) */
-        next[0] = sample(sampler, feed(m, d, prompt_tokens, n_prompt));
+        int first = sample(sampler, feed(m, d, prompt_tokens, n_prompt)), stopped;
         prompt_done = seconds_now();
-        int token = prompt_tokens[n_prompt - 1], done = 0;
-        for (;;) {
-            /* next[i] is the token number d->seq.n + d->dropped + i (from 0): the
-               last one may be number `steps` */
-            for (int i = 0; i < n_next && !done; i++) {
-                if (is_stop(tok, next[i])) {
-                    done = 1;
-                    break;
-                }
-                int len;
-                const char *piece = decode(tok, token, next[i], &len);
-                print_piece(tok, stdout, piece, len);
-                fflush(stdout);
-                generated++;
-                token = next[i];
-                if (ferror(stdout)) done = 1; /* the reader is gone (EPIPE) */
-            }
-            append_ids(&d->seq, next, n_next);
-            long seen = d->seq.n + d->dropped;
-            if (done || seen > steps) break;
-            n_next = decode_step(m, d, sampler, steps + 1 - seen, next);
-        }
+        /* tokens number n_prompt to `steps` (from 0) */
+        generated = print_answer(m, d, tok, sampler, first, steps + 1L - n_prompt, tok->stop_ids, tok->n_stop, &stopped);
     }
     printf("\n");
     fflush(stdout);
-    report_speed(d, n_prompt <= steps ? n_prompt : 0, prompt_done - start, generated, seconds_now() - prompt_done);
+    report_speed(d, n_prompt <= steps ? n_prompt : 0, prompt_done - start, (int)generated, seconds_now() - prompt_done);
     free(prompt_tokens);
 }
 
@@ -4297,11 +4128,14 @@ static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_pr
    (EOS, or <|eot_id|>) goes into the context, and every turn continues in the
    same KV cache. When the context is full, it shifts (shift_context()), keeping
    BOS and the system prompt; an answer as long as the context is cut there. */
-static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const char *cli_user_prompt,
+static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, const char *cli_user_prompt,
                  const char *cli_system_prompt) {
     if (tok->kind == BYTE_LEVEL_BPE && (tok->start_header_id < 0 || tok->end_header_id < 0 || tok->end_of_turn_id < 0))
         fail("the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, <|eot_id|>): cannot chat");
     int end_of_answer = tok->kind == SENTENCEPIECE ? EOS_ID : tok->end_of_turn_id;
+    /* Llama 2's answer ends at EOS only (as llama2.c's chat); Llama 3's at any stop id */
+    const int *stop_ids = tok->kind == SENTENCEPIECE ? &end_of_answer : tok->stop_ids;
+    int n_stop = tok->kind == SENTENCEPIECE ? 1 : tok->n_stop;
     char *system_prompt = NULL;
     if (cli_system_prompt) system_prompt = strdup(cli_system_prompt);
     else system_prompt = read_line("Enter system prompt (optional): ");
@@ -4320,30 +4154,12 @@ static void chat(Model *m, Decoder *d, Tokenizer *tok, Sampler *sampler, const c
         if (turn == 0) d->n_keep = n_system;
         printf("Assistant: ");
         fflush(stdout);
-        int next[MAX_DRAFT + 1], n_next = 1;
-        next[0] = sample(sampler, feed(m, d, prompt.ids, prompt.n));
-        int token = prompt.ids[prompt.n - 1];
+        int first = sample(sampler, feed(m, d, prompt.ids, prompt.n)), ended;
         free(prompt.ids);
         /* an answer is at most as long as the context: past that it could not
            see its own beginning, and a model that never stops would not end */
-        int ended = 0, answered = 0, longest = m->state.n_pos, shown;
-        for (;;) {
-            for (shown = 0; shown < n_next && answered < longest; shown++, answered++) {
-                if (tok->kind == SENTENCEPIECE ? next[shown] == EOS_ID : is_stop(tok, next[shown])) {
-                    ended = 1;
-                    break;
-                }
-                int len;
-                const char *piece = decode(tok, token, next[shown], &len);
-                print_piece(tok, stdout, piece, len);
-                fflush(stdout);
-                token = next[shown];
-                if (ferror(stdout)) break; /* the reader is gone (EPIPE) */
-            }
-            append_ids(&d->seq, next, shown);
-            if (ended || answered == longest || ferror(stdout)) break;
-            n_next = decode_step(m, d, sampler, longest - answered, next);
-        }
+        int longest = m->state.n_pos;
+        print_answer(m, d, tok, sampler, first, longest, stop_ids, n_stop, &ended);
         printf("\n");
         fflush(stdout);
         if (ferror(stdout)) break; /* the reader is gone */
@@ -4429,8 +4245,6 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const c
 /* ------------------------------------------------------------------------- */
 /* Command line                                                               */
 
-static const char *usage_line = "usage: run <checkpoint> [options]   (run -h lists the options)";
-
 static void usage(FILE *out) {
     fprintf(out,
             "usage: run <checkpoint> [options]\n"
@@ -4456,15 +4270,14 @@ static void usage(FILE *out) {
             "  -h          this help\n");
 }
 
+/* fail() for a mistake on the command line: the message, then where the options are. */
 static void bad_flag(const char *fmt, ...) {
+    char message[1024];
     va_list ap;
     va_start(ap, fmt);
-    fputs("run: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s\n", usage_line);
-    exit(1);
+    fail("%s (usage: run <checkpoint> [options]; run -h lists them)", message);
 }
 
 static float parse_float(const char *flag, const char *s, float lo, float hi) {
@@ -4511,116 +4324,141 @@ static char *read_text_file(const char *path) {
     return text;
 }
 
-int main(int argc, char **argv) {
-    const char *checkpoint_path = NULL, *tokenizer_path = "tokenizer.bin";
-    const char *prompt = NULL, *prompt_file = NULL, *system_prompt = NULL, *mode = "generate";
-    float temperature = 1.0f, topp = 0.9f;
-    long long seed = 0, steps = 256, threads = 0, lookup = 0, max_draft = 0, roll = 0;
-    int steps_given = 0; /* perplexity's windows are the whole context unless -n says otherwise */
-    const char *draft_path = NULL;
-    CacheType cache = CACHE_FP32;
-    signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, not a kill */
+typedef enum { GENERATE, CHAT, TOKENIZE, PERPLEXITY } Mode;
 
+/* What the command line asks for; the defaults are llama2.c's. */
+typedef struct {
+    const char *checkpoint, *tokenizer, *prompt, *prompt_file, *system_prompt, *draft;
+    Mode mode;
+    float temperature, topp;
+    long long seed, steps, threads, lookup, max_draft, roll;
+    int steps_given; /* perplexity's windows are the whole context unless -n says otherwise */
+    CacheType cache;
+} Options;
+
+static Options parse_options(int argc, char **argv) {
+    static const char *const mode_names[] = {"generate", "chat", "tokenize", "perplexity"};
+    Options o = {.tokenizer = "tokenizer.bin", .temperature = 1.0f, .topp = 0.9f, .steps = 256, .cache = CACHE_FP32};
+    const char *mode = "generate";
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             usage(stdout);
-            return 0;
+            exit(0);
         }
         if (arg[0] != '-' || arg[1] == '\0') {
-            if (checkpoint_path) bad_flag("unexpected argument '%s'", arg);
-            checkpoint_path = arg;
+            if (o.checkpoint) bad_flag("unexpected argument '%s'", arg);
+            o.checkpoint = arg;
             continue;
         }
         if (arg[2] != '\0' || !strchr("tpsnifzmyjdlkrc", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
-        case 't': temperature = parse_float(arg, val, 0.0f, INFINITY); break;
-        case 'p': topp = parse_float(arg, val, 0.0f, 1.0f); break;
-        case 's': seed = parse_int(arg, val, 0, LLONG_MAX); break;
-        case 'n': steps = parse_int(arg, val, 0, INT32_MAX), steps_given = 1; break;
-        case 'i': prompt = val; break;
-        case 'f': prompt_file = val; break;
-        case 'z': tokenizer_path = val; break;
+        case 't': o.temperature = parse_float(arg, val, 0.0f, INFINITY); break;
+        case 'p': o.topp = parse_float(arg, val, 0.0f, 1.0f); break;
+        case 's': o.seed = parse_int(arg, val, 0, LLONG_MAX); break;
+        case 'n': o.steps = parse_int(arg, val, 0, INT32_MAX), o.steps_given = 1; break;
+        case 'i': o.prompt = val; break;
+        case 'f': o.prompt_file = val; break;
+        case 'z': o.tokenizer = val; break;
         case 'm': mode = val; break;
-        case 'y': system_prompt = val; break;
-        case 'j': threads = parse_int(arg, val, 1, 1024); break;
-        case 'd': draft_path = val; break;
-        case 'l': lookup = parse_int(arg, val, 1, 16); break;
-        case 'k': max_draft = parse_int(arg, val, 1, MAX_DRAFT); break;
-        case 'r': roll = parse_int(arg, val, 0, 1); break;
+        case 'y': o.system_prompt = val; break;
+        case 'j': o.threads = parse_int(arg, val, 1, 1024); break;
+        case 'd': o.draft = val; break;
+        case 'l': o.lookup = parse_int(arg, val, 1, 16); break;
+        case 'k': o.max_draft = parse_int(arg, val, 1, MAX_DRAFT); break;
+        case 'r': o.roll = parse_int(arg, val, 0, 1); break;
         case 'c':
             if (strcmp(val, "fp32") && strcmp(val, "int8")) bad_flag("-c: unknown KV cache type '%s' (fp32 or int8)", val);
-            cache = strcmp(val, "int8") == 0 ? CACHE_INT8 : CACHE_FP32;
+            o.cache = strcmp(val, "int8") == 0 ? CACHE_INT8 : CACHE_FP32;
             break;
         }
     }
-    if (!checkpoint_path) bad_flag("no checkpoint given");
-    if (strcmp(mode, "generate") && strcmp(mode, "chat") && strcmp(mode, "tokenize") && strcmp(mode, "perplexity"))
-        bad_flag("-m: unknown mode '%s' (generate, chat, tokenize or perplexity)", mode);
-    if (draft_path && lookup) bad_flag("-d and -l: draft from a model or from the text, not both");
-    if (max_draft && !draft_path && !lookup) bad_flag("-k needs -d or -l");
-    if (roll && strcmp(mode, "generate")) bad_flag("-r: for generate only (chat always shifts its context)");
-    int scoring = strcmp(mode, "perplexity") == 0;
-    if (scoring && (draft_path || lookup)) bad_flag("-d and -l speed up generate and chat; -m perplexity has no use for them");
-    if (prompt && prompt_file) fail("-i and -f: give the text one way, not both");
-    if (scoring && !prompt && !prompt_file) fail("-m perplexity needs the text to score: -i TEXT or -f FILE");
+    if (!o.checkpoint) bad_flag("no checkpoint given");
+    int known = 0;
+    for (int k = 0; k < 4; k++)
+        if (strcmp(mode, mode_names[k]) == 0) o.mode = (Mode)k, known = 1;
+    if (!known) bad_flag("-m: unknown mode '%s' (generate, chat, tokenize or perplexity)", mode);
+    if (o.draft && o.lookup) bad_flag("-d and -l: draft from a model or from the text, not both");
+    if (o.max_draft && !o.draft && !o.lookup) bad_flag("-k needs -d or -l");
+    if (o.roll && o.mode != GENERATE) bad_flag("-r: for generate only (chat always shifts its context)");
+    if (o.mode == PERPLEXITY && (o.draft || o.lookup))
+        bad_flag("-d and -l speed up generate and chat; -m perplexity has no use for them");
+    if (o.prompt && o.prompt_file) fail("-i and -f: give the text one way, not both");
+    if (o.mode == PERPLEXITY && !o.prompt && !o.prompt_file)
+        fail("-m perplexity needs the text to score: -i TEXT or -f FILE");
+    if (o.threads == 0) o.threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    return o;
+}
 
-    Model m;
-    open_checkpoint(&m.ck, checkpoint_path);
-    const Config *c = &m.ck.config;
-    Tokenizer tok;
-    load_tokenizer(&tok, tokenizer_path, c->vocab_size);
-    char *file_text = prompt_file ? read_text_file(prompt_file) : NULL;
-    if (file_text) prompt = file_text;
-    if (!prompt) prompt = "";
-    if (threads == 0) threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+/* -m tokenize: the text's ids, BOS first, on one line. */
+static void print_ids(const Tokenizer *tok, const char *text) {
+    int n;
+    int *ids = encode(tok, text, strlen(text), 1, 0, &n);
+    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    free(ids);
+}
 
-    if (strcmp(mode, "tokenize") == 0) {
-        int n;
-        int *ids = encode(&tok, prompt, strlen(prompt), 1, 0, &n);
-        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-        printf("\n");
-        free(ids);
-    } else if (scoring) {
-        int window = !steps_given || steps == 0 || steps > c->seq_len ? c->seq_len : (int)steps;
-        if (window < 2) fail("-n %d: a perplexity window needs 2 positions at least (BOS and a token)", window);
-        start_compute((int)threads);
-        perplexity(&m, &tok, prompt, prompt_file, window, cache);
-        stop_compute();
-    } else {
-        /* -n beyond the context stops at it, as in llama2.c, unless -r 1 asks
-           generate to run on by shifting it */
-        if (steps == 0 || (steps > c->seq_len && !roll)) steps = c->seq_len; /* -r 1 comes with generate only */
-        int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
-        SoftmaxFn fast_softmax = start_compute((int)threads);
-        start_model(&m, context, cache, draft_path || lookup);
-        Model draft;
-        Decoder d = {.lookup = (int)lookup, .max_draft = (int)(max_draft ? max_draft : draft_path ? 6 : 8)};
-        if (draft_path) {
-            open_checkpoint(&draft.ck, draft_path);
-            if (draft.ck.config.vocab_size != c->vocab_size)
-                fail("%s: the draft's vocabulary is %d tokens, the model's (%s) %d", draft_path,
-                     draft.ck.config.vocab_size, checkpoint_path, c->vocab_size);
-            start_model(&draft, context, cache, 0);
-            d.draft = &draft;
-            d.draft_probs = xmalloc((size_t)d.max_draft * c->vocab_size * sizeof(float));
-        }
-        if (draft_path || lookup) d.logits = xmalloc((size_t)(d.max_draft + 1) * c->vocab_size * sizeof(float));
-        Sampler sampler = {c->vocab_size, temperature, topp, seed > 0 ? (uint64_t)seed : (uint64_t)time(NULL),
-                           xmalloc(c->vocab_size * sizeof(ProbIndex)), fast_softmax};
-        if (strcmp(mode, "generate") == 0) generate(&m, &d, &tok, &sampler, prompt, (int)steps);
-        else chat(&m, &d, &tok, &sampler, prompt[0] ? prompt : NULL, system_prompt);
-        free(sampler.probindex);
-        free(d.seq.ids); free(d.logits); free(d.draft_probs);
-        if (draft_path) {
-            stop_model(&draft);
-            close_checkpoint(&draft.ck);
-        }
-        stop_model(&m);
-        stop_compute();
+/* -m perplexity, in windows of -n positions (by default, and at most, the context). */
+static void score_text(Model *m, const Tokenizer *tok, const char *text, const Options *o) {
+    int seq_len = m->ck.config.seq_len;
+    int window = !o->steps_given || o->steps == 0 || o->steps > seq_len ? seq_len : (int)o->steps;
+    if (window < 2) fail("-n %d: a perplexity window needs 2 positions at least (BOS and a token)", window);
+    start_compute((int)o->threads);
+    perplexity(m, tok, text, o->prompt_file, window, o->cache);
+    stop_compute();
+}
+
+/* -m generate and -m chat: the model (and its draft) readied for the context,
+   then the decoder and the sampler. */
+static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const Options *o) {
+    const Config *c = &m->ck.config;
+    /* -n beyond the context stops at it, as in llama2.c, unless -r 1 asks
+       generate to run on by shifting it */
+    long long steps = o->steps == 0 || (o->steps > c->seq_len && !o->roll) ? c->seq_len : o->steps;
+    int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
+    SoftmaxFn fast_softmax = start_compute((int)o->threads);
+    start_model(m, context, o->cache, o->draft || o->lookup);
+    Model draft;
+    Decoder d = {.lookup = (int)o->lookup, .max_draft = (int)(o->max_draft ? o->max_draft : o->draft ? 6 : 8)};
+    if (o->draft) {
+        open_checkpoint(&draft.ck, o->draft);
+        if (draft.ck.config.vocab_size != c->vocab_size)
+            fail("%s: the draft's vocabulary is %d tokens, the model's (%s) %d", o->draft, draft.ck.config.vocab_size,
+                 o->checkpoint, c->vocab_size);
+        start_model(&draft, context, o->cache, 0);
+        d.draft = &draft;
+        d.draft_probs = xmalloc((size_t)d.max_draft * c->vocab_size * sizeof(float));
     }
+    if (o->draft || o->lookup) d.logits = xmalloc((size_t)(d.max_draft + 1) * c->vocab_size * sizeof(float));
+    Sampler sampler = {c->vocab_size, o->temperature, o->topp, o->seed > 0 ? (uint64_t)o->seed : (uint64_t)time(NULL),
+                       xmalloc(c->vocab_size * sizeof(ProbIndex)), fast_softmax};
+    if (o->mode == GENERATE) generate(m, &d, tok, &sampler, text, (int)steps);
+    else chat(m, &d, tok, &sampler, text[0] ? text : NULL, o->system_prompt);
+    free(sampler.probindex);
+    free(d.seq.ids), free(d.logits), free(d.draft_probs);
+    if (o->draft) {
+        stop_model(&draft);
+        close_checkpoint(&draft.ck);
+    }
+    stop_model(m);
+    stop_compute();
+}
+
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, not a kill */
+    Options o = parse_options(argc, argv);
+    Model m;
+    open_checkpoint(&m.ck, o.checkpoint);
+    Tokenizer tok;
+    load_tokenizer(&tok, o.tokenizer, m.ck.config.vocab_size);
+    char *file_text = o.prompt_file ? read_text_file(o.prompt_file) : NULL;
+    const char *text = file_text ? file_text : o.prompt ? o.prompt : "";
+    if (o.mode == TOKENIZE) print_ids(&tok, text);
+    else if (o.mode == PERPLEXITY) score_text(&m, &tok, text, &o);
+    else run_decoding(&m, &tok, text, &o);
     free(file_text);
     free_tokenizer(&tok);
     close_checkpoint(&m.ck);
