@@ -1612,11 +1612,12 @@ typedef struct {
        lays the input out once (x [T][n], or quantize()'s int8 values and
        scales) in the set's own format, prepare_q8_tokens for the tokens
        [begin, end) (begin a multiple of 16), so that threads can share it;
-       out_t is scratch. NULL: one token at a time through matvec / matvec_q8. */
+       out_t is scratch. NULL: one token at a time through matvec / matvec_q8.
+       The int8 ones take group sizes that are a multiple of q8_group_multiple. */
     void (*prepare_tokens)(float *x_t, const float *x, int n, int T);
     void (*matmul_tokens)(float *out, size_t out_stride, float *out_t, const float *x_t, const float *w, int n, int T,
                           int begin, int end);
-    int (*q8_tokens_supports)(int group_size);
+    int q8_group_multiple;
     void (*prepare_q8_tokens)(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
                               int begin, int end);
     void (*matmul_q8_tokens)(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
@@ -1672,28 +1673,13 @@ static void few_tokens_plain(float *out, size_t out_stride, const float *x_t, in
         }
 }
 
-/* The fast attention kernels take the query heads of a block of tokens that
-   share a KV head a few at a time: query k (from `first` on, heads within
-   tokens) is head k % n_heads of token k / n_heads, and sees positions up to
-   last[k]. */
-static inline __attribute__((always_inline)) void
-attention_queries(const float **query, float **query_out, int *last, const float *q, float *out, int first, int count,
-                  int n_heads, int dim, int head_size, int pos) {
-    for (int k = 0; k < count; k++) {
-        int token = (first + k) / n_heads, head = (first + k) % n_heads;
-        query[k] = q + (size_t)token * dim + head * head_size;
-        query_out[k] = out + (size_t)token * dim + head * head_size;
-        last[k] = pos + token; /* causal: the last position this query sees */
-    }
-}
-
 /* The fast kernels read the fp32 cache in place, all positions as one tile;
    the int8 cache a tile of positions at a time, dequantized into a buffer of
    KV_TILE_FLOATS floats on the stack (16 KB: it stays in the L1 cache). */
 #define KV_TILE_FLOATS 4096
 #define KV_PREFETCH_ROWS 16
 
-/* Positions per tile: a multiple of 16 when 16 rows fit, 0 when not one does. */
+/* Positions per tile: a multiple of 16 when 16 rows fit (heads up to KV_TILE_FLOATS wide). */
 static inline int kv_tile_positions(const KVCache *c, int n_keys) {
     if (c->f32) return n_keys;
     int n = KV_TILE_FLOATS / c->head_size;
@@ -2645,7 +2631,7 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
                      int n_heads, int group, int head_step, int max_head_size, ScoresFn scores,
                      SoftmaxRowsFn softmax_rows, ValuesFn weighted_values) {
     int head_size = keys->head_size;
-    if (head_size % head_step || head_size > max_head_size || kv_tile_positions(keys, pos + n_tokens) == 0) {
+    if (head_size % head_step || head_size > max_head_size) {
         attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads);
         return;
     }
@@ -2655,7 +2641,12 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         int count = n_q - first < group ? n_q - first : group, last[8];
         const float *query[8];
         float *query_out[8];
-        attention_queries(query, query_out, last, q, out, first, count, n_heads, dim, head_size, pos);
+        for (int k = 0; k < count; k++) { /* query first + k: a head of a token (heads within tokens) */
+            int token = (first + k) / n_heads, head = (first + k) % n_heads;
+            query[k] = q + (size_t)token * dim + head * head_size;
+            query_out[k] = out + (size_t)token * dim + head * head_size;
+            last[k] = pos + token; /* causal: the last position this query sees */
+        }
         for (int k = count; k < group; k++) query[k] = query[count - 1];
         /* scores up to the latest position any of them sees */
         int n_keys = last[count - 1] + 1, per_tile = kv_tile_positions(keys, n_keys);
@@ -2983,32 +2974,8 @@ static AVX512 void matmul_tokens_avx512(float *out, size_t out_stride, float *ou
     transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
 
-/* quantize() for group sizes that are a multiple of 16: the same maximum, the
-   same division and the same rounding, 16 values at a time. */
 static AVX512 void quantize_avx512(int8_t *q, float *scale, const float *x, int n, int group_size) {
-    if (group_size % 16) {
-        quantize(q, scale, x, n, group_size);
-        return;
-    }
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    for (int g = 0; g < n / group_size; g++) {
-        const float *group = x + g * group_size;
-        __m512 max_abs = _mm512_setzero_ps();
-        for (int i = 0; i < group_size; i += 16) max_abs = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(group + i)), max_abs);
-        float s = _mm512_reduce_max_ps(max_abs) / 127.0f;
-        scale[g] = s;
-        __m512 sv = _mm512_set1_ps(s);
-        for (int i = 0; i < group_size; i += 16) {
-            __m512 v = s > 0 ? _mm512_div_ps(_mm512_loadu_ps(group + i), sv) : _mm512_setzero_ps();
-            __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), half, _CMP_GE_OQ);
-            __m512 step = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_sub_ps(_mm512_setzero_ps(), one), one);
-            r = _mm512_mask_add_ps(r, up, r, step);
-            /* as quantize(): NaN, and values past +-127 (a subnormal scale), give 0 */
-            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
-            _mm_storeu_si128((__m128i *)(q + g * group_size + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
-        }
-    }
+    quantize_body(q, scale, x, n, group_size);
 }
 
 /* Batched int8 matvec with one token per lane: out_t[i][t] = W[i] . x[t].
@@ -3178,8 +3145,6 @@ static AVX512 void prepare_q8_madd(void *scratch, const int8_t *xq, const float 
     transpose((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
 }
 
-static int q8_tokens_vnni_supports(int group_size) { return group_size % 4 == 0; }
-static int q8_tokens_madd_supports(int group_size) { return group_size % 2 == 0; }
 
 static AVX512 void prepare_tokens_avx512(float *x_t, const float *x, int n, int T) {
     transpose(x_t, (T + 15) / 16 * 16, x, n, T, n);
@@ -3207,8 +3172,6 @@ static void prepare_tokens8(float *x_t, const float *x, int n, int T) {
         for (int j = 0; j < n; j++)
             for (int t = t0; t < t0 + 8; t++) x_t[((size_t)t0 * n + j * 8) + t - t0] = t < T ? x[(size_t)t * n + j] : 0.0f;
 }
-
-static int q8_pairs_supports(int group_size) { return group_size % 2 == 0; }
 
 /* The 4-byte slots are moved as floats: 8 tokens' values j.. widened (16 of
    them, 8 pairs each), then transposed so that each pair has 8 tokens side
@@ -3275,7 +3238,7 @@ prepare_q8_pairs_body(void *scratch, const int8_t *xq, const float *xs, int n, i
         .name = #set, .cpu_has = cpu, .matvec = matvec_##set, .quantize = quantize_fn, \
         .matvec_q8 = matvec_q8_##set, .softmax = softmax_##set, .swiglu = swiglu_##set, \
         .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
-        .q8_tokens_supports = q8_pairs_supports, .prepare_q8_tokens = prepare_q8_pairs_##set, \
+        .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_pairs_##set, \
         .matmul_q8_tokens = matmul_q8_tokens_##set, \
     };
 
@@ -3338,7 +3301,7 @@ static const KernelSet avx512_kernels = {
     .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
     .matvec_q8 = matvec_q8_avx2, .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
-    .matmul_tokens = matmul_tokens_avx512, .q8_tokens_supports = q8_tokens_madd_supports,
+    .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 2,
     .prepare_q8_tokens = prepare_q8_madd, .matmul_q8_tokens = matmul_q8_tokens_avx512,
 };
 
@@ -3346,7 +3309,7 @@ static const KernelSet vnni_kernels = {
     .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
     .matvec_q8 = matvec_q8_vnni, .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
-    .matmul_tokens = matmul_tokens_avx512, .q8_tokens_supports = q8_tokens_vnni_supports,
+    .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
 };
 #endif
@@ -3529,7 +3492,7 @@ static void matmul_task(void *ctx, int begin, int end, int thread) {
 static void matmul(Batch *b, const float *x, int n, int T, int group_size, const Projection *proj, int count) {
     MatmulJob job = {b, x, n, T, group_size, 0, proj, count};
     if (proj[0].w->q) {
-        job.batched = T > 1 && kernels->matmul_q8_tokens && kernels->q8_tokens_supports(group_size);
+        job.batched = T > 1 && kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0;
         /* a division and some twenty other steps per value: as slow as about 16 multiply-adds */
         parallel_for(quantize_task, &job, (T + 15) / 16, 16.0 * T * n);
     } else {
@@ -3671,16 +3634,11 @@ static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, i
         add(b->x, b->xb, T * dim);
     }
     if (!logits) return NULL;
-    if (logits == s->logits) { /* the last token's only */
-        float *last = b->x + (size_t)(T - 1) * dim;
-        rmsnorm(last, last, w->rms_final, dim, c->norm_eps);
-        Projection classifier = {&w->classifier, logits, c->vocab_size};
-        matmul(b, last, dim, 1, gs, &classifier, 1);
-        return logits;
-    }
-    rmsnorm_batch(b->x, b->x, w->rms_final, T, dim, c->norm_eps);
+    int first = logits == s->logits ? T - 1 : 0; /* the last token's logits only, or every token's */
+    float *x = b->x + (size_t)first * dim;
+    rmsnorm_batch(x, x, w->rms_final, T - first, dim, c->norm_eps);
     Projection classifier = {&w->classifier, logits, c->vocab_size};
-    matmul(b, b->x, dim, T, gs, &classifier, 1);
+    matmul(b, x, dim, T - first, gs, &classifier, 1);
     return logits;
 }
 

@@ -2658,7 +2658,7 @@ static void test_kernel_instructions(void) {
                            (uintptr_t)k->quantize,        (uintptr_t)k->matvec_q8,
                            (uintptr_t)k->softmax,         (uintptr_t)k->swiglu,
                            (uintptr_t)k->attention_block, (uintptr_t)k->prepare_tokens,
-                           (uintptr_t)k->matmul_tokens,   (uintptr_t)k->q8_tokens_supports,
+                           (uintptr_t)k->matmul_tokens,
                            (uintptr_t)k->prepare_q8_tokens, (uintptr_t)k->matmul_q8_tokens};
         uint64_t roots[sizeof fns / sizeof fns[0]];
         int n_roots = 0;
