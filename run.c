@@ -2931,7 +2931,8 @@ few_tokens_rows(float *out, size_t out_stride, const float *x_t, int width, cons
             __m512 r[16];
             for (int k = 0; k < 16; k++) {
                 prefetch(block + (size_t)k * n + j, ahead);
-                r[k] = _mm512_maskz_loadu_ps((__mmask16)((1u << cols) - 1), block + (size_t)k * n + j);
+                const float *p = block + (size_t)k * n + j;
+                r[k] = cols == 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << cols) - 1), p);
             }
             transpose16(r);
             if (cols == 16) /* the whole block, unrolled */
@@ -2974,8 +2975,32 @@ static AVX512 void matmul_tokens_avx512(float *out, size_t out_stride, float *ou
     transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
 
+/* quantize() for group sizes that are a multiple of 16: the same maximum, the
+   same division and the same rounding, 16 values at a time. */
 static AVX512 void quantize_avx512(int8_t *q, float *scale, const float *x, int n, int group_size) {
-    quantize_body(q, scale, x, n, group_size);
+    if (group_size % 16) {
+        quantize(q, scale, x, n, group_size);
+        return;
+    }
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    for (int g = 0; g < n / group_size; g++) {
+        const float *group = x + g * group_size;
+        __m512 max_abs = _mm512_setzero_ps();
+        for (int i = 0; i < group_size; i += 16) max_abs = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(group + i)), max_abs);
+        float s = _mm512_reduce_max_ps(max_abs) / 127.0f;
+        scale[g] = s;
+        __m512 sv = _mm512_set1_ps(s);
+        for (int i = 0; i < group_size; i += 16) {
+            __m512 v = s > 0 ? _mm512_div_ps(_mm512_loadu_ps(group + i), sv) : _mm512_setzero_ps();
+            __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), half, _CMP_GE_OQ);
+            __m512 step = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_sub_ps(_mm512_setzero_ps(), one), one);
+            r = _mm512_mask_add_ps(r, up, r, step);
+            /* as quantize(): NaN, and values past +-127 (a subnormal scale), give 0 */
+            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(127.0f), _CMP_LE_OQ), r);
+            _mm_storeu_si128((__m128i *)(q + g * group_size + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+        }
+    }
 }
 
 /* Batched int8 matvec with one token per lane: out_t[i][t] = W[i] . x[t].
