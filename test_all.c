@@ -1701,6 +1701,7 @@ static void test_perplexity_mode(const char *tokenizer) {
 /* Real models from ../shared                                                 */
 
 static void test_shared_versions(void) {
+    if (!have_shared()) return;
     char v0[4096], v1[4096], tok[4096];
     snprintf(v0, sizeof v0, "%s/models/aidreams260K.bin", shared_dir());
     snprintf(v1, sizeof v1, "%s/models/aidreams260K_v1.bin", shared_dir());
@@ -2024,7 +2025,14 @@ static void test_threads_deterministic(void) {
    models, another random model of the same vocabulary), and every case with
    prompt lookup, whose draws are exactly those of decoding without it. A
    wrapper beside ./run adds the flags. */
-static void test_speculative_goldens(const char *run, const char *generate, const char *generate_q80) {
+static void test_speculative_goldens(const char *run) {
+    if (!have_shared()) {
+        skip("golden files with a draft and with prompt lookup: %s/models not found", shared_dir());
+        return;
+    }
+    char generate[4096], generate_q80[4096];
+    snprintf(generate, sizeof generate, "%s/golden/generate.jsonl", shared_dir());
+    snprintf(generate_q80, sizeof generate_q80, "%s/golden/generate_q80.jsonl", shared_dir());
     const char *cache = getenv("GOLDEN_CACHE");
     char wrapper[] = "./run_speculative_test", script[8192], greedy[] = "/tmp/run_test_greedy_XXXXXX";
     snprintf(script, sizeof script,
@@ -2504,6 +2512,63 @@ static void test_fuzz_regressions(const char *model, const char *tokenizer) {
     test_draft_stops_when_unsure();
 }
 
+/* The int8 cache on trained models: the demo model, and ../shared's. */
+static void test_int8_cache_models(void) {
+    test_int8_cache_logits("demo/model.bin", "demo model", 0.02);
+    if (have_shared()) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/models/aidreams260K.bin", shared_dir());
+        test_int8_cache_logits(path, "aidreams260K", 0.02);
+        /* stories260K's logits move more (4% of their spread, 5% with int8
+           weights, though its heads have no outlying values): 10% keeps a
+           margin and still fails a cache read wrongly (values read with 1.5
+           times their scales: 90% of the spread) */
+        snprintf(path, sizeof path, "%s/models/stories260K.bin", shared_dir());
+        test_int8_cache_logits(path, "stories260K", 0.1);
+        snprintf(path, sizeof path, "%s/models/stories260K_q80.bin", shared_dir());
+        test_int8_cache_logits(path, "stories260K int8", 0.1);
+    } else {
+        skip("int8 KV cache logits of the shared models: %s/models not found", shared_dir());
+    }
+}
+
+/* export.py, checked against an independent numpy forward pass; needs numpy. */
+static void test_export_py(const char *python, const char *run) {
+    if (python && python[0]) run_python_suite(python, "tests/test_export.py", run);
+    else printf("note: no python3 with numpy (make sets PYTHON): skipping tests/test_export.py\n");
+}
+
+/* ../shared's golden files through ./run, byte for byte (check_golden.py). */
+static void test_golden_files(const char *run) {
+    if (!have_shared()) {
+        printf("note: %s/models not found: skipping the shared golden files\n", shared_dir());
+        return;
+    }
+    char script[4096], args[8192], generate[4096], generate_q80[4096];
+    snprintf(generate, sizeof generate, "%s/golden/generate.jsonl", shared_dir());
+    snprintf(generate_q80, sizeof generate_q80, "%s/golden/generate_q80.jsonl", shared_dir());
+    snprintf(script, sizeof script, "%s/tools/check_golden.py", shared_dir());
+    snprintf(args, sizeof args, "%s %s", run, generate);
+    run_python_suite("python3", script, args);
+    snprintf(args, sizeof args, "%s %s", run, generate_q80);
+    run_python_suite("python3", script, args);
+}
+
+/* ./run -m tokenize against the reference tokenizers (check_tokenizer.py):
+   SentencePiece's ids for the Llama 2 tokenizer.bin, Hugging Face's for
+   ../shared's Llama 3 tokenizer.json. */
+static void test_shared_tokenizers(const char *run) {
+    if (!have_shared()) {
+        printf("note: %s/models not found: skipping the shared tokenizer checks\n", shared_dir());
+        return;
+    }
+    char script[4096], args[8192];
+    snprintf(script, sizeof script, "%s/tools/check_tokenizer.py", shared_dir());
+    run_python_suite("python3", script, run);
+    snprintf(args, sizeof args, "--tokenizer-json %s/tokenizer/llama3/tokenizer.json %s", shared_dir(), run);
+    run_python_suite("python3", script, args);
+}
+
 /* Every kernel set of this build against Part I: the ones the CPU has are
    tested, the others are reported as skipped. */
 static void test_kernel_sets(void) {
@@ -2751,54 +2816,15 @@ int main(void) {
     free_tiny(&m);
 
     test_demo_model();
-    test_int8_cache_logits("demo/model.bin", "demo model", 0.02);
-    if (have_shared()) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/models/aidreams260K.bin", shared_dir());
-        test_int8_cache_logits(path, "aidreams260K", 0.02);
-        /* stories260K's logits move more (4% of their spread, 5% with int8
-           weights, though its heads have no outlying values): 10% keeps a
-           margin and still fails a cache read wrongly (values read with 1.5
-           times their scales: 90% of the spread) */
-        snprintf(path, sizeof path, "%s/models/stories260K.bin", shared_dir());
-        test_int8_cache_logits(path, "stories260K", 0.1);
-        snprintf(path, sizeof path, "%s/models/stories260K_q80.bin", shared_dir());
-        test_int8_cache_logits(path, "stories260K int8", 0.1);
-    } else {
-        skip("int8 KV cache logits of the shared models: %s/models not found", shared_dir());
-    }
-
-    /* export.py, checked against an independent numpy forward pass; needs numpy */
+    test_int8_cache_models();
     const char *run = getenv("RUN") ? getenv("RUN") : "./run"; /* the binary the scripts run */
     const char *python = getenv("PYTHON");
-    if (python && python[0]) run_python_suite(python, "tests/test_export.py", run);
-    else printf("note: no python3 with numpy (make sets PYTHON): skipping tests/test_export.py\n");
+    test_export_py(python, run);
     test_llama3_chat(python);
-
-    if (have_shared()) {
-        test_shared_versions();
-        char tools[4096], args[8192];
-        char generate[4096], generate_q80[4096];
-        snprintf(generate, sizeof generate, "%s/golden/generate.jsonl", shared_dir());
-        snprintf(generate_q80, sizeof generate_q80, "%s/golden/generate_q80.jsonl", shared_dir());
-        snprintf(tools, sizeof tools, "%s/tools", shared_dir());
-        char script[8192];
-        snprintf(script, sizeof script, "%s/check_golden.py", tools);
-        snprintf(args, sizeof args, "%s %s", run, generate);
-        run_python_suite("python3", script, args);
-        snprintf(args, sizeof args, "%s %s", run, generate_q80);
-        run_python_suite("python3", script, args);
-        test_speculative_goldens(run, generate, generate_q80);
-        snprintf(script, sizeof script, "%s/check_tokenizer.py", tools);
-        snprintf(args, sizeof args, "%s", run);
-        run_python_suite("python3", script, args);
-        /* Llama 3: Hugging Face's ids for ../shared's tokenizer.json */
-        snprintf(args, sizeof args, "--tokenizer-json %s/tokenizer/llama3/tokenizer.json %s", shared_dir(), run);
-        run_python_suite("python3", script, args);
-    } else {
-        printf("note: %s/models not found: skipping the shared golden and tokenizer checks\n", shared_dir());
-        skip("golden files with a draft and with prompt lookup: %s/models not found", shared_dir());
-    }
+    test_shared_versions();
+    test_golden_files(run);
+    test_speculative_goldens(run);
+    test_shared_tokenizers(run);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
