@@ -1578,7 +1578,7 @@ static void test_flags(const char *model, const char *tokenizer) {
           missing, extra);
 }
 
-/* Generation and chat on the tiny model with a digits tokenizer. */
+/* Generation and chat at the context's length, on the tiny model with the digits tokenizer. */
 static void test_generate_limits(const char *model, const char *tokenizer) {
     seek_random(2672341);
     RunResult r;
@@ -1635,8 +1635,18 @@ static void test_generate_limits(const char *model, const char *tokenizer) {
     unlink(endless_path), free(endless_path), free(endless_v0.data);
     unlink(draft_path), free(draft_path), free(endless_q8.data);
     free_tiny(&endless);
+}
+
+/* Chat with a prompt (-i) and stdin closed: it answers, then ends cleanly. */
+static void test_chat_stdin_closed(const char *model, const char *tokenizer) {
+    RunResult r;
     run_args(&r, NULL, model, "-z", tokenizer, "-m", "chat", "-i", "1", NULL);
     check(r.status == 0 && strstr(r.out, "Assistant:"), "chat with stdin closed ends cleanly: %d %s", r.status, r.err);
+}
+
+/* -m tokenize prints the prompt's ids: for the empty prompt, BOS alone. */
+static void test_tokenize_mode(const char *model, const char *tokenizer) {
+    RunResult r;
     run_args(&r, NULL, model, "-z", tokenizer, "-m", "tokenize", "-i", "", NULL);
     check(r.status == 0 && strcmp(r.out, "1\n") == 0, "tokenize of the empty prompt is BOS: '%s'", r.out);
 }
@@ -2807,6 +2817,8 @@ int main(void) {
     test_flags(model, tokenizer);
     test_speculative_flags(model, tokenizer);
     test_generate_limits(model, tokenizer);
+    test_chat_stdin_closed(model, tokenizer);
+    test_tokenize_mode(model, tokenizer);
     test_context_shift();
     test_chat_kept_tokens();
     test_long_chat(tokenizer);
