@@ -45,7 +45,7 @@ def c_table(name, runs):
     row = "   "
     for first, last in runs:
         item = f" {{0x{first:X}, 0x{last:X}}},"
-        if len(row) + len(item) > 100:
+        if len(row) + len(item) > 120:  # the width of the rest of run.c
             lines.append(row)
             row = "   "
         row += item
