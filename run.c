@@ -1732,7 +1732,7 @@ static inline int32_t int16_pair(const int8_t *v) {
 #endif
 
 /* ------------------------------------------------------------------------- */
-/* SSE, AVX2 and NEON kernels: 8 lanes, written once with vector extensions   */
+/* 8-lane kernels, written once with vector extensions (SSE, AVX2, NEON)      */
 
 /* Always-inline bodies take on the target of the function they are inlined
    into: KERNEL_SET_8LANE compiles them for each instruction set, with the
@@ -1904,7 +1904,9 @@ static inline __attribute__((always_inline)) AVX2 void fma8_avx2(f64x8 *out, con
     memcpy(out, result, sizeof result);
 }
 
-static AVX2 void expf8_avx2(f32x8 *y, const f32x8 *x) { expf8_body(y, x, fma8_avx2, exp2_fraction_lanes); }
+static inline __attribute__((always_inline)) AVX2 void expf8_avx2(f32x8 *y, const f32x8 *x) {
+    expf8_body(y, x, fma8_avx2, exp2_fraction_lanes);
+}
 #endif
 
 #if defined(__aarch64__)
@@ -1916,7 +1918,9 @@ static inline __attribute__((always_inline)) void fma8_neon(f64x8 *out, const f6
     memcpy(out, result, sizeof result);
 }
 
-static void expf8_neon(f32x8 *y, const f32x8 *x) { expf8_body(y, x, fma8_neon, exp2_fraction_lanes); }
+static inline __attribute__((always_inline)) void expf8_neon(f32x8 *y, const f32x8 *x) {
+    expf8_body(y, x, fma8_neon, exp2_fraction_lanes);
+}
 #endif
 
 /* int8 dot products of 8 rows with x over len bytes (a multiple of 16): row
@@ -2655,6 +2659,47 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
     }
 }
 
+/* The batched kernels' inputs, laid out once per matmul (the same for every 8-lane target). */
+static void prepare_tokens8(float *x_t, const float *x, int n, int T) {
+    int width = token_width(T);
+    for (int t0 = 0; t0 < width; t0 += 8) /* each vector of 8 tokens: their value j side by side */
+        for (int j = 0; j < n; j++)
+            for (int t = t0; t < t0 + 8; t++) x_t[((size_t)t0 * n + j * 8) + t - t0] = t < T ? x[(size_t)t * n + j] : 0.0f;
+}
+
+/* The 4-byte slots are moved as floats: 8 tokens' values j.. widened (16 of
+   them, 8 pairs each), then transposed so that each pair has 8 tokens side
+   by side. */
+static inline __attribute__((always_inline)) void
+prepare_q8_pairs_body(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T, int begin,
+                      int end, TransposeFn transpose) {
+    int width = token_width(T), groups = n / group_size;
+    int32_t *x2 = scratch;
+    float *xs_t = (float *)q8_token_scales(scratch, n, width);
+    end = end < width ? end : width;
+    for (int t0 = begin; t0 < end; t0 += 8) {
+        int rows = T - t0 < 8 ? T - t0 : 8;
+        int32_t *block = x2 + (size_t)t0 * n / 2;
+        int j = 0;
+        for (; j + 16 <= n; j += 16) {
+            float wide[8][8] = {{0}};
+            for (int t = 0; t < rows; t++) {
+                i8x16 bytes;
+                memcpy(&bytes, xq + (size_t)(t0 + t) * n + j, sizeof bytes);
+                i16x16 values = __builtin_convertvector(bytes, i16x16);
+                memcpy(wide[t], &values, sizeof values);
+            }
+            f32x8 col[8];
+            transpose(col, wide[0], 8);
+            for (int c = 0; c < 8; c++) memcpy(block + (size_t)(j / 2 + c) * 8, &col[c], sizeof col[c]);
+        }
+        for (; j < n; j += 2)
+            for (int t = 0; t < 8; t++) block[(size_t)j / 2 * 8 + t] = t < rows ? int16_pair(xq + (size_t)(t0 + t) * n + j) : 0;
+        for (int g = 0; g < groups; g++)
+            for (int t = t0; t < t0 + 8; t++) xs_t[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
+    }
+}
+
 #if defined(__x86_64__)
 /* ------------------------------------------------------------------------- */
 /* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
@@ -2717,7 +2762,7 @@ static inline __attribute__((always_inline)) AVX512 void exp2_fraction_avx512(f6
     *out = (f64x8)_mm512_mask_blend_epi64(_mm512_test_epi64_mask(i, _mm512_set1_epi64(16)), low, high);
 }
 
-static AVX512 void expf8_avx512(f32x8 *y, const f32x8 *x) {
+static inline __attribute__((always_inline)) AVX512 void expf8_avx512(f32x8 *y, const f32x8 *x) {
     expf8_body(y, x, fma8_avx512, exp2_fraction_avx512);
 }
 static AVX512 void softmax_avx512(float *x, int n) { softmax_body(x, n, expf8_avx512); }
@@ -3157,49 +3202,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
 #endif
 
 /* ------------------------------------------------------------------------- */
-/* 4. Entry points                                                             */
-
-/* Shared by all targets (the layouts are the same): run once per matmul. */
-
-static void prepare_tokens8(float *x_t, const float *x, int n, int T) {
-    int width = token_width(T);
-    for (int t0 = 0; t0 < width; t0 += 8) /* each vector of 8 tokens: their value j side by side */
-        for (int j = 0; j < n; j++)
-            for (int t = t0; t < t0 + 8; t++) x_t[((size_t)t0 * n + j * 8) + t - t0] = t < T ? x[(size_t)t * n + j] : 0.0f;
-}
-
-/* The 4-byte slots are moved as floats: 8 tokens' values j.. widened (16 of
-   them, 8 pairs each), then transposed so that each pair has 8 tokens side
-   by side. */
-static inline __attribute__((always_inline)) void
-prepare_q8_pairs_body(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T, int begin,
-                      int end, TransposeFn transpose) {
-    int width = token_width(T), groups = n / group_size;
-    int32_t *x2 = scratch;
-    float *xs_t = (float *)q8_token_scales(scratch, n, width);
-    end = end < width ? end : width;
-    for (int t0 = begin; t0 < end; t0 += 8) {
-        int rows = T - t0 < 8 ? T - t0 : 8;
-        int32_t *block = x2 + (size_t)t0 * n / 2;
-        int j = 0;
-        for (; j + 16 <= n; j += 16) {
-            float wide[8][8] = {{0}};
-            for (int t = 0; t < rows; t++) {
-                i8x16 bytes;
-                memcpy(&bytes, xq + (size_t)(t0 + t) * n + j, sizeof bytes);
-                i16x16 values = __builtin_convertvector(bytes, i16x16);
-                memcpy(wide[t], &values, sizeof values);
-            }
-            f32x8 col[8];
-            transpose(col, wide[0], 8);
-            for (int c = 0; c < 8; c++) memcpy(block + (size_t)(j / 2 + c) * 8, &col[c], sizeof col[c]);
-        }
-        for (; j < n; j += 2)
-            for (int t = 0; t < 8; t++) block[(size_t)j / 2 * 8 + t] = t < rows ? int16_pair(xq + (size_t)(t0 + t) * n + j) : 0;
-        for (int g = 0; g < groups; g++)
-            for (int t = t0; t < t0 + 8; t++) xs_t[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
-    }
-}
+/* Each target's kernel set                                                   */
 
 /* The kernel set of one target, built from the bodies above with its pieces
    (transpose8, an 8-lane expf, dot8, pair): V vectors of 8 tokens per batched

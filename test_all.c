@@ -565,9 +565,13 @@ static void test_rope_scaling(void) {
    or int8 (stored by cache_store(), whose quantization test_cache_quantization
    checks). */
 static KVCache cache_of(const float *rows, int n_keys, int kv_dim, int head_size, int int8) {
-    Config c = {.dim = head_size, .n_heads = 1, .n_kv_heads = kv_dim / head_size, .n_layers = 1};
-    KVCache cache;
-    init_kv_cache(&cache, &c, n_keys, int8 ? CACHE_INT8 : CACHE_FP32);
+    KVCache cache = {.n_pos = n_keys, .n_kv_heads = kv_dim / head_size, .head_size = head_size};
+    if (int8) { /* plain calloc, not the run state's 2 MB-aligned buffers: under ASan those cost 2 MB each */
+        cache.q = calloc((size_t)n_keys * kv_dim, 1);
+        cache.scale = calloc((size_t)n_keys * cache.n_kv_heads, sizeof(float));
+    } else {
+        cache.f32 = calloc((size_t)n_keys * kv_dim, sizeof(float));
+    }
     for (int t = 0; t < n_keys; t++) cache_store(&cache, 0, t, rows + (size_t)t * kv_dim, quantize);
     return cache;
 }
