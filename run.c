@@ -330,11 +330,11 @@ static void linear(float *out, const Input *in, const Matrix *w, int d) {
 /* ------------------------------------------------------------------------- */
 /* The KV cache and attention                                                 */
 
-/* Where the row of one layer, KV head and position starts: an index into f32,
-   or into q (int8; the row's scale is scale[index / head_size]). */
-static size_t cache_index(const KVCache *c, int layer, int kv_head, int pos) {
-    if (c->f32) return (((size_t)layer * c->n_pos + pos) * c->n_kv_heads + kv_head) * c->head_size;
-    return (((size_t)layer * c->n_kv_heads + kv_head) * c->n_pos + pos) * c->head_size;
+/* The number of the row of one layer, KV head and position: its values start
+   at row * head_size in f32 or q, and (int8) its scale is scale[row]. */
+static size_t cache_row_number(const KVCache *c, int layer, int kv_head, int pos) {
+    if (c->f32) return ((size_t)layer * c->n_pos + pos) * c->n_kv_heads + kv_head;
+    return ((size_t)layer * c->n_kv_heads + kv_head) * c->n_pos + pos;
 }
 
 /* Stores one layer's key (or value) at one position: kv_dim values, one
@@ -343,19 +343,19 @@ static size_t cache_index(const KVCache *c, int layer, int kv_head, int pos) {
 typedef void (*QuantizeFn)(int8_t *q, float *scale, const float *x, int n, int group_size);
 static void cache_store(KVCache *c, int layer, int pos, const float *kv, QuantizeFn quantize_row) {
     for (int h = 0; h < c->n_kv_heads; h++) {
-        size_t at = cache_index(c, layer, h, pos);
+        size_t number = cache_row_number(c, layer, h, pos), at = number * c->head_size;
         const float *row = kv + (size_t)h * c->head_size;
         if (c->f32) memcpy(c->f32 + at, row, c->head_size * sizeof(float));
-        else quantize_row(c->q + at, c->scale + at / c->head_size, row, c->head_size, c->head_size);
+        else quantize_row(c->q + at, c->scale + number, row, c->head_size, c->head_size);
     }
 }
 
 /* The row of one layer, KV head and position as floats: the fp32 cache's
    own, or the int8 one dequantized into buf [head_size]. */
 static const float *cache_row(const KVCache *c, int layer, int kv_head, int pos, float *buf) {
-    size_t at = cache_index(c, layer, kv_head, pos);
+    size_t number = cache_row_number(c, layer, kv_head, pos), at = number * c->head_size;
     if (c->f32) return c->f32 + at;
-    float scale = c->scale[at / c->head_size];
+    float scale = c->scale[number];
     for (int i = 0; i < c->head_size; i++) buf[i] = (float)c->q[at + i] * scale;
     return buf;
 }
@@ -437,14 +437,15 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
 /* Moves the rows of positions [from, from + count) of one layer to [to, to + count), as stored. */
 static void cache_move(KVCache *c, int layer, int to, int from, int count) {
     if (c->f32) { /* a layer's positions are one block of rows */
-        memmove(c->f32 + cache_index(c, layer, 0, to), c->f32 + cache_index(c, layer, 0, from),
+        memmove(c->f32 + cache_row_number(c, layer, 0, to) * c->head_size,
+                c->f32 + cache_row_number(c, layer, 0, from) * c->head_size,
                 (size_t)count * c->n_kv_heads * c->head_size * sizeof(float));
         return;
     }
     for (int h = 0; h < c->n_kv_heads; h++) {
-        size_t dst = cache_index(c, layer, h, to), src = cache_index(c, layer, h, from);
-        memmove(c->q + dst, c->q + src, (size_t)count * c->head_size);
-        memmove(c->scale + dst / c->head_size, c->scale + src / c->head_size, count * sizeof(float));
+        size_t dst = cache_row_number(c, layer, h, to), src = cache_row_number(c, layer, h, from);
+        memmove(c->q + dst * c->head_size, c->q + src * c->head_size, (size_t)count * c->head_size);
+        memmove(c->scale + dst, c->scale + src, count * sizeof(float));
     }
 }
 
@@ -1674,21 +1675,21 @@ static inline int kv_tile_positions(const KVCache *c, int n_keys) {
 }
 
 /* Rows t0 .. t0 + n - 1 of one KV head as floats, *stride apart: the fp32
-   cache's own, or the int8 ones dequantized into tile by cache_row(). */
+   cache's own, or the int8 ones (consecutive rows) dequantized into tile as
+   cache_row() does. */
 static inline __attribute__((always_inline)) const float *
 kv_tile(const KVCache *c, int layer, int kv_head, int t0, int n, float *tile, size_t *stride) {
-    if (c->f32) {
-        *stride = (size_t)c->n_kv_heads * c->head_size;
-        return cache_row(c, layer, kv_head, t0, NULL);
-    }
+    size_t first = cache_row_number(c, layer, kv_head, t0);
+    *stride = c->f32 ? (size_t)c->n_kv_heads * c->head_size : (size_t)c->head_size;
+    if (c->f32) return c->f32 + first * c->head_size;
     for (int t = 0; t < n; t++) {
+        const int8_t *q = c->q + (first + t) * c->head_size;
         /* ask for the row KV_PREFETCH_ROWS on now, ahead of the hardware
            prefetcher (attention at the 1.1B shape's position 2000: about 4% faster) */
-        const int8_t *q = c->q + cache_index(c, layer, kv_head, t0 + t);
         for (int i = 0; i < c->head_size; i += 64) prefetch(q + i, KV_PREFETCH_ROWS * c->head_size);
-        cache_row(c, layer, kv_head, t0 + t, tile + (size_t)t * c->head_size);
+        float scale = c->scale[first + t];
+        for (int i = 0; i < c->head_size; i++) tile[t * c->head_size + i] = (float)q[i] * scale;
     }
-    *stride = c->head_size;
     return tile;
 }
 
@@ -1851,6 +1852,10 @@ typedef void (*Fma8Fn)(f64x8 *out, const f64x8 *a, const f64x8 *b, const f64x8 *
    how expf8_body gets it (AVX-512 has a two-table permute for it). */
 typedef void (*Exp2FractionFn)(f64x8 *out, const u64x8 *k);
 
+/* Whether any lane of a mask is set; AnyLaneFn: how expf8_body gets the
+   target's one instruction for it (a generic test is a branch per lane). */
+typedef int (*AnyLaneFn)(const i32x8 *mask);
+
 static inline __attribute__((always_inline)) void exp2_fraction_lanes(f64x8 *out, const u64x8 *k) {
     for (int i = 0; i < 8; i++) (*out)[i] = exp2_fraction[(*k)[i] & 31];
 }
@@ -1861,7 +1866,7 @@ static inline __attribute__((always_inline)) void exp2_fraction_lanes(f64x8 *out
    in r. Its main path covers [-103.28, 88.72], below -103.97 it gives 0; the
    lanes left (NaN, overflow, the edge of underflow) go to expf() itself. */
 static inline __attribute__((always_inline)) void expf8_body(f32x8 *y, const f32x8 *x, Fma8Fn fma8,
-                                                             Exp2FractionFn exp2_fraction_of) {
+                                                             Exp2FractionFn exp2_fraction_of, AnyLaneFn any_lane) {
     const f64x8 zero = {0}, inv_ln2_32 = zero + 0x1.71547652b82fep+5;
     const f64x8 round_shift = zero + 0x1.8p+52; /* adding it rounds to an integer */
     const f64x8 c0 = zero + 0x1.c6af84b912394p-20, c1 = zero + 0x1.ebfce50fac4f3p-13;
@@ -1883,8 +1888,9 @@ static inline __attribute__((always_inline)) void expf8_body(f32x8 *y, const f32
     i32x8 zero_lanes = *x < -0x1.9fe368p+6f;
     result = (f32x8)((i32x8)result & main_path);
     i32x8 rest = ~(main_path | zero_lanes);
-    for (int i = 0; i < 8; i++)
-        if (rest[i]) result[i] = expf((*x)[i]);
+    if (any_lane(&rest))
+        for (int i = 0; i < 8; i++)
+            if (rest[i]) result[i] = expf((*x)[i]);
     *y = result;
 }
 
@@ -1904,8 +1910,12 @@ static inline __attribute__((always_inline)) AVX2 void fma8_avx2(f64x8 *out, con
     memcpy(out, result, sizeof result);
 }
 
+static inline __attribute__((always_inline)) AVX2 int any_lane_avx2(const i32x8 *mask) {
+    return _mm256_movemask_ps((__m256)*mask) != 0;
+}
+
 static inline __attribute__((always_inline)) AVX2 void expf8_avx2(f32x8 *y, const f32x8 *x) {
-    expf8_body(y, x, fma8_avx2, exp2_fraction_lanes);
+    expf8_body(y, x, fma8_avx2, exp2_fraction_lanes, any_lane_avx2);
 }
 #endif
 
@@ -1918,8 +1928,14 @@ static inline __attribute__((always_inline)) void fma8_neon(f64x8 *out, const f6
     memcpy(out, result, sizeof result);
 }
 
+static inline __attribute__((always_inline)) int any_lane_neon(const i32x8 *mask) {
+    uint32x4_t half[2];
+    memcpy(half, mask, sizeof half);
+    return vmaxvq_u32(vorrq_u32(half[0], half[1])) != 0;
+}
+
 static inline __attribute__((always_inline)) void expf8_neon(f32x8 *y, const f32x8 *x) {
-    expf8_body(y, x, fma8_neon, exp2_fraction_lanes);
+    expf8_body(y, x, fma8_neon, exp2_fraction_lanes, any_lane_neon);
 }
 #endif
 
@@ -2638,17 +2654,8 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
             const float *rows = kv_tile(keys, layer, kv_head, t0, n, tile, &stride);
             scores(att + t0, att_stride, query, count, rows, n, head_size, stride);
         }
-        for (int k = 0; k < count; k++) {
-            float *a = att + k * att_stride;
-            int i = 0;
-            for (; i + 8 <= last[k] + 1; i += 8) {
-                f32x8 v;
-                memcpy(&v, a + i, sizeof v);
-                v /= divisor;
-                memcpy(a + i, &v, sizeof v);
-            }
-            for (; i <= last[k]; i++) a[i] /= divisor;
-        }
+        for (int k = 0; k < count; k++)
+            for (int t = 0; t <= last[k]; t++) att[k * att_stride + t] /= divisor;
         softmax_rows(att, att_stride, last, count);
         for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
             int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
@@ -2763,7 +2770,7 @@ static inline __attribute__((always_inline)) AVX512 void exp2_fraction_avx512(f6
 }
 
 static inline __attribute__((always_inline)) AVX512 void expf8_avx512(f32x8 *y, const f32x8 *x) {
-    expf8_body(y, x, fma8_avx512, exp2_fraction_avx512);
+    expf8_body(y, x, fma8_avx512, exp2_fraction_avx512, any_lane_avx2);
 }
 static AVX512 void softmax_avx512(float *x, int n) { softmax_body(x, n, expf8_avx512); }
 static AVX512 void swiglu_avx512(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, expf8_avx512); }
@@ -3648,6 +3655,18 @@ static float *forward_tokens(const Checkpoint *ck, Batch *b, const int *tokens, 
 /* PART III: GENERATE, CHAT, COMMAND LINE                                    */
 /* ========================================================================= */
 
+typedef enum { GENERATE, CHAT, TOKENIZE, PERPLEXITY, N_MODES } Mode;
+
+/* What the command line asks for; the defaults are llama2.c's. */
+typedef struct {
+    const char *checkpoint, *tokenizer, *prompt, *prompt_file, *system_prompt, *draft;
+    Mode mode;
+    float temperature, topp;
+    long long seed, steps, threads, lookup, max_draft, roll;
+    int steps_given; /* perplexity's windows are the whole context unless -n says otherwise */
+    CacheType cache;
+} Options;
+
 /* The model with its run state, and (Part II) its batch buffers. */
 typedef struct {
     Checkpoint ck;
@@ -4129,24 +4148,27 @@ static double negative_log_likelihood(const float *logits, int n, int target) {
 }
 
 /* How well the model predicts a text. The text, encoded without BOS, is cut
-   into consecutive chunks of window - 1 tokens (the last may be shorter); each
-   chunk runs after BOS from position 0, and each of its tokens is scored by
-   -log p(token | BOS and the chunk's tokens before it), from the plain softmax
-   of the logits. Prints "perplexity P nll N bpb B tokens T": N the mean over
-   the T tokens, P = exp(N), and B bits per byte of the text. The logits come
-   MAX_BATCH tokens at a time, so a window never needs [window][vocab]. The
-   model is started here, for the positions a window of this text uses. */
-static void perplexity(Model *m, const Tokenizer *tok, const char *text, const char *text_file, int window,
-                       CacheType cache) {
-    int vocab = m->ck.config.vocab_size;
+   into consecutive chunks of window - 1 tokens (window: -n, by default and at
+   most the context); each chunk runs after BOS from position 0, and each of its
+   tokens is scored by -log p(token | BOS and the chunk's tokens before it),
+   from the plain softmax of the logits. Prints "perplexity P nll N bpb B tokens
+   T": N the mean over the T tokens, P = exp(N), and B bits per byte of the text.
+   The logits come MAX_BATCH tokens at a time, so a window never needs
+   [window][vocab]. The model starts here, for the positions a window uses. */
+static void perplexity(Model *m, const Tokenizer *tok, const char *text, const Options *o) {
+    int vocab = m->ck.config.vocab_size, seq_len = m->ck.config.seq_len;
+    int window = !o->steps_given || o->steps == 0 || o->steps > seq_len ? seq_len : (int)o->steps;
+    if (window < 2) fail("-n %d: a perplexity window needs 2 positions at least (BOS and a token)", window);
     size_t text_bytes = strlen(text);
     int n_tokens;
     int *ids = encode(tok, text, text_bytes, 0, 0, &n_tokens);
     if (n_tokens == 0 || text_bytes == 0)
-        fail("%s%s: the text is empty (no tokens to score)", text_file ? "-f " : "-i", text_file ? text_file : "");
+        fail("%s%s: the text is empty (no tokens to score)", o->prompt_file ? "-f " : "-i",
+             o->prompt_file ? o->prompt_file : "");
     int chunk = window - 1;
     int n_windows = n_tokens / chunk + (n_tokens % chunk != 0);
-    start_model(m, n_tokens < chunk ? n_tokens : chunk, cache, 1);
+    start_compute((int)o->threads);
+    start_model(m, n_tokens < chunk ? n_tokens : chunk, o->cache, 1);
     float *logits = xmalloc((size_t)MAX_BATCH * vocab * sizeof(float));
     int input[MAX_BATCH];
     int show_progress = isatty(STDERR_FILENO);
@@ -4172,6 +4194,7 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const c
     fprintf(stderr, "scored: %d tokens, %.1f tok/s; windows: %d of %d positions at most\n", n_tokens,
             seconds > 0 ? n_tokens / seconds : 0.0, n_windows, window);
     stop_model(m);
+    stop_compute();
     free(logits);
     free(ids);
 }
@@ -4258,18 +4281,6 @@ static char *read_text_file(const char *path) {
     return text;
 }
 
-typedef enum { GENERATE, CHAT, TOKENIZE, PERPLEXITY, N_MODES } Mode;
-
-/* What the command line asks for; the defaults are llama2.c's. */
-typedef struct {
-    const char *checkpoint, *tokenizer, *prompt, *prompt_file, *system_prompt, *draft;
-    Mode mode;
-    float temperature, topp;
-    long long seed, steps, threads, lookup, max_draft, roll;
-    int steps_given; /* perplexity's windows are the whole context unless -n says otherwise */
-    CacheType cache;
-} Options;
-
 static Options parse_options(int argc, char **argv) {
     static const char *const mode_names[] = {"generate", "chat", "tokenize", "perplexity"};
     Options o = {.tokenizer = "tokenizer.bin", .temperature = 1.0f, .topp = 0.9f, .steps = 256, .cache = CACHE_FP32};
@@ -4324,24 +4335,6 @@ static Options parse_options(int argc, char **argv) {
     return o;
 }
 
-/* -m tokenize: the text's ids, BOS first, on one line. */
-static void print_ids(const Tokenizer *tok, const char *text) {
-    int n, *ids = encode(tok, text, strlen(text), 1, 0, &n);
-    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-    printf("\n");
-    free(ids);
-}
-
-/* -m perplexity, in windows of -n positions (by default, and at most, the context). */
-static void score_text(Model *m, const Tokenizer *tok, const char *text, const Options *o) {
-    int seq_len = m->ck.config.seq_len;
-    int window = !o->steps_given || o->steps == 0 || o->steps > seq_len ? seq_len : (int)o->steps;
-    if (window < 2) fail("-n %d: a perplexity window needs 2 positions at least (BOS and a token)", window);
-    start_compute((int)o->threads);
-    perplexity(m, tok, text, o->prompt_file, window, o->cache);
-    stop_compute();
-}
-
 /* -m generate and -m chat: the model (and its draft) readied for the context,
    then the decoder and the sampler. */
 static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const Options *o) {
@@ -4387,9 +4380,16 @@ int main(int argc, char **argv) {
     load_tokenizer(&tok, o.tokenizer, m.ck.config.vocab_size);
     char *file_text = o.prompt_file ? read_text_file(o.prompt_file) : NULL;
     const char *text = file_text ? file_text : o.prompt ? o.prompt : "";
-    if (o.mode == TOKENIZE) print_ids(&tok, text);
-    else if (o.mode == PERPLEXITY) score_text(&m, &tok, text, &o);
-    else run_decoding(&m, &tok, text, &o);
+    if (o.mode == TOKENIZE) { /* the text's ids, BOS first, on one line */
+        int n, *ids = encode(&tok, text, strlen(text), 1, 0, &n);
+        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+        free(ids);
+    } else if (o.mode == PERPLEXITY) {
+        perplexity(&m, &tok, text, &o);
+    } else {
+        run_decoding(&m, &tok, text, &o);
+    }
     free(file_text);
     free_tokenizer(&tok);
     close_checkpoint(&m.ck);

@@ -2320,7 +2320,7 @@ static double check_shifted_cache(const char *what, Model *m, const int *tokens,
                     continue;
                 }
                 if (int8) { /* the quantization's part of the error, taken out (bounded above) */
-                    size_t head = cache_index(keys, 0, i / head_size, pos) / head_size;
+                    size_t head = cache_row_number(keys, 0, i / head_size, pos);
                     double quantization = sqrt(2.0) * (keys->scale[head] / 2 + 1.5 * fresh.key_cache.scale[head]);
                     err = err > quantization ? err - quantization : 0;
                 }
