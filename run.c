@@ -11,8 +11,8 @@
 
    The file has three parts:
    Part I, the model: config and weights, run state, the math blocks, attention
-     and forward(); then loading a checkpoint, the tokenizer and the sampler.
-     Read alone, it is the whole transformer, plainly.
+     and forward(), the context shift; then loading a checkpoint and the run
+     state, the tokenizer, the sampler. Read alone, it is the whole transformer.
    Part II, the speed: a thread pool, fast kernel sets chosen at start-up from
      what the CPU has (SSE, AVX2, AVX-512, AVX-512 VNNI, NEON), and
      forward_batch(), which runs many tokens at once. Everything there computes
@@ -456,6 +456,7 @@ static void cache_move(KVCache *c, int layer, int to, int from, int count) {
    RoPE tables' own angles (Llama 3's scaling included). Values carry no
    position: they only move. The layers are not run again. */
 static void shift_cache(RunState *s, const Config *c, int keep, int drop, int end) {
+    if (keep + drop >= end) return; /* no rows after the dropped ones: nothing moves */
     KVCache *keys = &s->key_cache;
     int head_size = keys->head_size, kv_dim = keys->n_kv_heads * head_size;
     /* rope() by minus the angles of `drop` positions: cos(-a) = cos(a), sin(-a) = -sin(a) */
@@ -1416,7 +1417,7 @@ static void sampling_distribution(Sampler *s, float *logits) {
 /* Threads, fast kernels and batching. The promise: everything here computes */
 /* exactly what Part I computes, bit for bit, only faster. Each fast kernel  */
 /* adds up the same products in the same order as its plain twin (several    */
-/* rows or tokens at once, one per vector lane, never a fused multiply-add), */
+/* rows or tokens at once, one per lane, no fused multiply-add but expf's),  */
 /* and forward_batch() gives each token of a batch the arithmetic forward()  */
 /* would. test_all.c checks every kernel set the CPU has against Part I, and */
 /* batches against one token at a time. -DRUN_PLAIN leaves this part out.    */
@@ -1592,7 +1593,7 @@ typedef struct {
     /* attention_head() for the n_heads query heads of n_tokens consecutive
        tokens (positions pos, pos + 1, ...) that share KV head kv_head of the
        layer; q and out are rows of dim floats from the first of those heads
-       on; att holds 8 rows of att_stride floats, row one cache row */
+       on; att holds 8 rows of att_stride floats, row room for a cache row */
     void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                             const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
                             int n_heads);
@@ -2737,7 +2738,8 @@ static inline AVX512 void transpose16(__m512 r[16]) {
 
 /* dst[c * dst_stride + r] = src[r * src_stride + c] for a rows x cols block, by
    16x16 tiles. */
-static AVX512 void transpose(float *dst, size_t dst_stride, const float *src, size_t src_stride, int rows, int cols) {
+static AVX512 void transpose_tiles(float *dst, size_t dst_stride, const float *src, size_t src_stride, int rows,
+                                   int cols) {
     for (int r0 = 0; r0 < rows; r0 += 16) {
         for (int c0 = 0; c0 < cols; c0 += 16) {
             int nr = rows - r0 < 16 ? rows - r0 : 16, nc = cols - c0 < 16 ? cols - c0 : 16;
@@ -2799,9 +2801,9 @@ static AVX512 void softmax_rows_avx512(float *att, size_t att_stride, const int 
 }
 
 /* Attention scores of Q queries that share one KV head, for head sizes 16,
-   32, ... 128: att[h * att_stride + t] = q[h] . key_t for t < n_keys, as
-   matvec_avx512 would give for each query. Each block of 16 keys is transposed
-   once (key t in lane t) and then serves all Q queries. */
+   32, ... 128: att[h * att_stride + t] = q[h] . key_t for t < n_keys, summed as
+   attention_head() sums them. Each block of 16 keys is transposed once (key t
+   in lane t) and then serves all Q queries. */
 static inline __attribute__((always_inline)) AVX512 void
 scores_avx512(float *att, size_t att_stride, const float *const *q, int Q, const float *keys, int n_keys, int head_size,
             size_t kv_dim) {
@@ -3001,7 +3003,7 @@ static AVX512 void matmul_tokens_avx512(float *out, size_t out_stride, float *ou
     case 3: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 3); break;
     default: matmul_tokens_rows(out_t, x_t, w, n, width, begin, end, 4); break;
     }
-    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
+    transpose_tiles(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
 
 /* quantize() for group sizes that are a multiple of 16: the same maximum, the
@@ -3032,11 +3034,6 @@ static AVX512 void quantize_avx512(int8_t *q, float *scale, const float *x, int 
     }
 }
 
-/* Batched int8 matvec, one token per lane: out_t[i][t] = W[i] . x[t], each
-   weight broadcast against 16 tokens' inputs, 4 bytes per token. VNNI: 4 int8
-   inputs against w + 128 (vpdpbusd multiplies unsigned by signed bytes), less
-   128 * sum(x) per group; without: 2 inputs widened to int16 (vpmaddwd). The
-   dot products are exact, the float sum over groups the plain kernel's. */
 /* The batched int8 kernels' input, made once per matmul by prepare_q8_*:
    the values [n / per_slot][width] in 4-byte slots, then per group and token
    the scales [groups][width] and (VNNI) the biases [groups][width]. */
@@ -3101,6 +3098,11 @@ group_dots_madd(__m512i acc[6][2], const int32_t *x, const int8_t *w, int n, int
     }
 }
 
+/* Batched int8 matvec, one token per lane: out_t[i][t] = W[i] . x[t], each
+   weight broadcast against 16 tokens' inputs, 4 bytes per token. VNNI: 4 int8
+   inputs against w + 128 (vpdpbusd multiplies unsigned by signed bytes), less
+   128 * sum(x) per group; without: 2 inputs widened to int16 (vpmaddwd). The
+   dot products are exact, the float sum over groups the plain kernel's. */
 static inline __attribute__((always_inline)) AVX512 void
 q8_tokens_block(float *out_t, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row, int R,
                 int v0, int V, Q8GroupDots group_dots) {
@@ -3149,7 +3151,7 @@ matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, Q8Tokens in, 
         if (v0 + 2 <= width / 16) q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 2, dots);
         else q8_tokens_rows(out_t, in, w, n, group_size, width, begin, end, v0, 1, dots);
     }
-    transpose(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
+    transpose_tiles(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
 
 static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
@@ -3172,8 +3174,8 @@ static AVX512 void prepare_q8_vnni(void *scratch, const int8_t *xq, const float 
     int width = (T + 15) / 16 * 16, groups = n / group_size, rows = (end < T ? end : T) - begin;
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
     int32_t *bias = (int32_t *)in.bias;
-    transpose((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
-    transpose((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
+    transpose_tiles((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
+    transpose_tiles((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
     for (int t = begin; t < begin + rows; t++)
         for (int g = 0; g < groups; g++) {
             int32_t sum = 0;
@@ -3190,11 +3192,11 @@ static AVX512 void prepare_q8_madd(void *scratch, const int8_t *xq, const float 
     int32_t *x = (int32_t *)in.x;
     for (int j = 0; j < n; j += 2)
         for (int t = begin; t < begin + rows; t++) x[(size_t)j / 2 * width + t] = int16_pair(xq + (size_t)t * n + j);
-    transpose((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
+    transpose_tiles((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
 }
 
 static AVX512 void prepare_tokens_avx512(float *x_t, const float *x, int n, int T) {
-    transpose(x_t, (T + 15) / 16 * 16, x, n, T, n);
+    transpose_tiles(x_t, (T + 15) / 16 * 16, x, n, T, n);
 }
 
 static int cpu_has_avx512(void) {
@@ -3249,7 +3251,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
 
 /* The 8-lane quantize() and attention of one target: queries 4 at a time,
    any head size whose int8 rows fit a tile. */
-#define FAST_ATTENTION_8LANE(set, TARGET, transpose, exp8) \
+#define QUANTIZE_ATTENTION_8LANE(set, TARGET, transpose, exp8) \
     static TARGET void quantize_##set(int8_t *q, float *scale, const float *x, int n, int group_size) { \
         quantize_body(q, scale, x, n, group_size); \
     } \
@@ -3287,7 +3289,7 @@ KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, dot8_ss
 
 /* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
    tokens of sums. */
-FAST_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2)
+QUANTIZE_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2)
 KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, dot8_avx2, pair_avx2, quantize_avx2,
                  attention_block_avx2)
 
@@ -3318,7 +3320,7 @@ static const KernelSet vnni_kernels = {
 #if defined(__aarch64__)
 /* NEON: 32 q registers, so 6 rows x 2 vectors of tokens (int8: 4 x 2); expf
    with NEON's fused multiply-add. */
-FAST_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
+QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
 KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, dot8_neon, pair_neon, quantize_neon,
                  attention_block_neon)
 #endif
@@ -3774,7 +3776,7 @@ typedef struct {
     Model *draft;      /* -d, or NULL */
     int lookup;        /* -l: the longest n-gram matched, 0 = off */
     int max_draft;     /* -k: tokens drafted per step */
-    TokenList seq;     /* the tokens in the context: seq.ids[i] is at position i */
+    TokenList seq;     /* the context: seq.ids[i] at position i; the last may be drawn, not yet run */
     int draft_pos;     /* the draft model's cache holds seq[0..draft_pos) */
     int n_keep;        /* a context shift keeps seq[0..n_keep): BOS and the (system) prompt */
     long dropped;      /* tokens dropped by context shifts: seq.n + dropped have been seen */

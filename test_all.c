@@ -2342,10 +2342,11 @@ static double check_shifted_cache(const char *what, Model *m, const int *tokens,
     return layer1;
 }
 
-/* Greedy decoding from the prompt until `total` tokens have been seen, as
-   generate() does; checks each shift against the rule (keep n_keep, drop
-   half of the rest) and that the context is the prompt and the latest tokens.
-   history gets every token. */
+/* Greedy decoding from the prompt until `total` tokens have been seen, step by
+   step with decode_step() as generate() runs it (every token kept, no stop
+   ids); checks each shift against the rule (keep n_keep, drop half of the
+   rest) and that the context is the prompt and the latest tokens. history gets
+   every token. */
 static void decode_with_shifts(const char *what, Model *m, Decoder *d, const int *prompt, int n_prompt, int total,
                                TokenList *history) {
     Sampler greedy = {m->ck.config.vocab_size, 0.0f, 0.9f, 1, malloc(m->ck.config.vocab_size * sizeof(ProbIndex)),
@@ -2517,6 +2518,15 @@ static void test_long_chat(const char *tokenizer) {
     free_tokenizer(&tok);
     unlink(path), free(path), free(v1.data);
     free_tiny(&m);
+}
+
+/* From a code review: a context of one position shifts at every token of a
+   chat's prompt, and shift_cache() read a RoPE row past the table's end
+   (make test-sanitize catches it). */
+static void test_one_position_context(const char *model, const char *tokenizer) {
+    RunResult r;
+    run_args(&r, NULL, model, "-z", tokenizer, "-m", "chat", "-n", "1", "-i", "1 2 3", NULL);
+    check(r.status == 0 && strstr(r.out, "Assistant:"), "chat in a context of one position: %d %s", r.status, r.err);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -2846,6 +2856,7 @@ int main(void) {
     test_context_shift();
     test_chat_kept_tokens();
     test_long_chat(tokenizer);
+    test_one_position_context(model, tokenizer);
     test_perplexity_mode(tokenizer);
     test_tokenize_mode(model, tokenizer);
 
