@@ -156,18 +156,27 @@ typedef struct {
 /* ------------------------------------------------------------------------- */
 /* Run state: every buffer forward() needs, allocated once                    */
 
-/* The keys (or the values) of every layer and position. fp32: llama2.c's
-   [layer][pos][kv_dim]. int8 (-c int8, a quarter of the memory): each KV
-   head's positions together, [layer][kv_head][pos][head_size], each row
-   quantized like a weight group, with one scale. Attention reads one head at
-   a time, so its int8 rows are one stream (at position 2000 of the 1.1B
-   shape, 12% faster than rows kv_dim apart). */
+/* The keys (or the values) of every layer and position, in blocks of
+   block_size positions; blocks[i] is the block that holds positions
+   i * block_size onwards. generate and chat have one block, the whole
+   context; batch mode's sequences take blocks from one pool as they grow and
+   share those of a common prompt start (a paged cache, as vLLM's). In a block,
+   fp32: llama2.c's [layer][pos][kv_dim]. int8 (-c int8, a quarter of the
+   memory): each KV head's positions together, [layer][kv_head][pos][head_size],
+   each row quantized like a weight group, with one scale. Attention reads one
+   head at a time, so its int8 rows are one stream (at position 2000 of the
+   1.1B shape, 12% faster than rows kv_dim apart). */
 typedef struct {
     float *f32;   /* fp32 values, or NULL */
     int8_t *q;    /* int8 values, or NULL */
-    float *scale; /* int8: one per row, [layer][kv_head][pos] */
-    int n_pos, n_kv_heads, head_size;
+    float *scale; /* int8: one per row */
+    int n_layers, n_kv_heads, head_size;
+    int block_size;    /* positions per block */
+    const int *blocks; /* the block table */
 } KVCache;
+
+/* Positions per block of batch mode's KV cache. */
+#define KV_BLOCK 32
 
 typedef struct {
     float *x;      /* residual stream [dim] */
@@ -333,8 +342,9 @@ static void linear(float *out, const Input *in, const Matrix *w, int d) {
 /* The number of the row of one layer, KV head and position: its values start
    at row * head_size in f32 or q, and (int8) its scale is scale[row]. */
 static size_t cache_row_number(const KVCache *c, int layer, int kv_head, int pos) {
-    if (c->f32) return ((size_t)layer * c->n_pos + pos) * c->n_kv_heads + kv_head;
-    return ((size_t)layer * c->n_kv_heads + kv_head) * c->n_pos + pos;
+    size_t block = (size_t)c->blocks[pos / c->block_size] * c->n_layers + layer, offset = pos % c->block_size;
+    if (c->f32) return (block * c->block_size + offset) * c->n_kv_heads + kv_head;
+    return (block * c->n_kv_heads + kv_head) * c->block_size + offset;
 }
 
 /* Stores one layer's key (or value) at one position: kv_dim values, one
@@ -434,9 +444,10 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
 /* ------------------------------------------------------------------------- */
 /* Context shift: making room in a full cache without running the model again */
 
-/* Moves the rows of positions [from, from + count) of one layer to [to, to + count), as stored. */
+/* Moves the rows of positions [from, from + count) of one layer of a one-block
+   cache to [to, to + count), as stored. */
 static void cache_move(KVCache *c, int layer, int to, int from, int count) {
-    if (c->f32) { /* a layer's positions are one block of rows */
+    if (c->f32) { /* a layer's positions are one run of rows */
         memmove(c->f32 + cache_row_number(c, layer, 0, to) * c->head_size,
                 c->f32 + cache_row_number(c, layer, 0, from) * c->head_size,
                 (size_t)count * c->n_kv_heads * c->head_size * sizeof(float));
@@ -721,11 +732,13 @@ static void *alloc_cache(size_t count, size_t size) {
 /* The KV cache's element type, chosen with -c. */
 typedef enum { CACHE_FP32, CACHE_INT8 } CacheType;
 
-static void init_kv_cache(KVCache *c, const Config *config, int n_pos, CacheType type) {
-    c->n_pos = n_pos;
-    c->n_kv_heads = config->n_kv_heads;
-    c->head_size = config->dim / config->n_heads;
-    size_t rows = (size_t)config->n_layers * config->n_kv_heads * n_pos;
+/* A cache of n_blocks blocks of block_size positions. Its block table is the
+   one-block cache's, {0}: batch mode gives each sequence a table of its own. */
+static void init_kv_cache(KVCache *c, const Config *config, int n_blocks, int block_size, CacheType type) {
+    static const int first_block = 0;
+    *c = (KVCache){.n_layers = config->n_layers, .n_kv_heads = config->n_kv_heads,
+                   .head_size = config->dim / config->n_heads, .block_size = block_size, .blocks = &first_block};
+    size_t rows = (size_t)n_blocks * config->n_layers * config->n_kv_heads * block_size;
     c->f32 = type == CACHE_FP32 ? alloc_cache(rows * c->head_size, sizeof(float)) : NULL;
     c->q = type == CACHE_INT8 ? alloc_cache(rows * c->head_size, 1) : NULL;
     c->scale = type == CACHE_INT8 ? alloc_cache(rows, sizeof(float)) : NULL;
@@ -753,8 +766,10 @@ static float rope_frequency(const Config *c, int i, int head_size) {
     return (1 - smooth) * freq / c->rope_scaling_factor + smooth * freq;
 }
 
-/* Buffers for positions 0 .. n_pos - 1: the context (generate and chat shift it when it is full). */
-static void init_run_state(RunState *s, const Config *c, int n_pos, CacheType cache) {
+/* Buffers for positions 0 .. n_pos - 1: the context (generate and chat shift
+   it when it is full). The KV caches: one block of n_pos positions, or (batch
+   mode's pool, n_blocks > 0) n_blocks blocks of KV_BLOCK. */
+static void init_run_state(RunState *s, const Config *c, int n_pos, int n_blocks, CacheType cache) {
     size_t head_size = c->dim / c->n_heads;
     size_t kv_dim = head_size * c->n_kv_heads;
     size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
@@ -770,8 +785,8 @@ static void init_run_state(RunState *s, const Config *c, int n_pos, CacheType ca
     s->att = xcalloc(n_pos, sizeof(float));
     s->row = xcalloc(head_size, sizeof(float));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
-    init_kv_cache(&s->key_cache, c, n_pos, cache);
-    init_kv_cache(&s->value_cache, c, n_pos, cache);
+    init_kv_cache(&s->key_cache, c, n_blocks ? n_blocks : 1, n_blocks ? KV_BLOCK : n_pos, cache);
+    init_kv_cache(&s->value_cache, c, n_blocks ? n_blocks : 1, n_blocks ? KV_BLOCK : n_pos, cache);
     s->xq = xcalloc(widest, 1);
     s->xq_scale = xcalloc(widest, sizeof(float));
     /* RoPE angles depend only on position and pair index: compute them once */
@@ -1426,6 +1441,16 @@ static void sampling_distribution(Sampler *s, float *logits) {
 /* Prompt tokens go through the layers together (Part II), and run_tokens()
    gives every token's logits, up to this many at a time. */
 #define MAX_BATCH 64
+
+/* Consecutive tokens of one sequence in a batch: tokens [first, first + n) at
+   positions pos, pos + 1, ..., whose keys and values go to (and whose queries
+   read) the caches keys and values. A batch of one sequence is one segment;
+   batch mode's steps have one per sequence. */
+typedef struct {
+    KVCache *keys, *values;
+    int first, n, pos;
+} Segment;
+
 #ifndef RUN_PLAIN
 /* ------------------------------------------------------------------------- */
 /* Threads: a pool started once; parallel_for() runs a task on all of them    */
@@ -1668,11 +1693,16 @@ static void few_tokens_plain(float *out, size_t out_stride, const float *x_t, in
 #define KV_TILE_FLOATS 4096
 #define KV_PREFETCH_ROWS 16
 
-/* Positions per tile: a multiple of 16 when 16 rows fit (heads up to KV_TILE_FLOATS wide). */
-static inline int kv_tile_positions(const KVCache *c, int n_keys) {
-    if (c->f32) return n_keys;
-    int n = KV_TILE_FLOATS / c->head_size;
-    return n >= 16 ? n / 16 * 16 : n;
+/* The positions of the tile that starts at t0, of n_keys: up to the end of
+   its block (a block's rows lie together), and for int8 at most a multiple of
+   16 when 16 rows fit (heads up to KV_TILE_FLOATS wide). */
+static inline int kv_tile_length(const KVCache *c, int t0, int n_keys) {
+    int n = n_keys - t0, to_block_end = c->block_size - t0 % c->block_size;
+    if (n > to_block_end) n = to_block_end;
+    if (c->f32) return n;
+    int per_tile = KV_TILE_FLOATS / c->head_size;
+    if (per_tile >= 16) per_tile = per_tile / 16 * 16;
+    return n < per_tile ? n : per_tile;
 }
 
 /* Rows t0 .. t0 + n - 1 of one KV head as floats, *stride apart: the fp32
@@ -2648,9 +2678,9 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         }
         for (int k = count; k < group; k++) query[k] = query[count - 1];
         /* scores up to the latest position any of them sees */
-        int n_keys = last[count - 1] + 1, per_tile = kv_tile_positions(keys, n_keys);
-        for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
-            int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
+        int n_keys = last[count - 1] + 1;
+        for (int t0 = 0, n; t0 < n_keys; t0 += n) {
+            n = kv_tile_length(keys, t0, n_keys);
             size_t stride;
             const float *rows = kv_tile(keys, layer, kv_head, t0, n, tile, &stride);
             scores(att + t0, att_stride, query, count, rows, n, head_size, stride);
@@ -2658,8 +2688,8 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         for (int k = 0; k < count; k++)
             for (int t = 0; t <= last[k]; t++) att[k * att_stride + t] /= divisor;
         softmax_rows(att, att_stride, last, count);
-        for (int t0 = 0; t0 < n_keys; t0 += per_tile) {
-            int n = n_keys - t0 < per_tile ? n_keys - t0 : per_tile;
+        for (int t0 = 0, n; t0 < n_keys; t0 += n) {
+            n = kv_tile_length(values, t0, n_keys);
             size_t stride;
             const float *rows = kv_tile(values, layer, kv_head, t0, n, tile, &stride);
             weighted_values(query_out, att, att_stride, last, count, rows, stride, head_size, t0, t0 + n);
@@ -3546,10 +3576,17 @@ static void swiglu_batch(float *hb, const float *hb2, int n) {
     parallel_for(swiglu_task, &job, (n + 255) / 256, 20.0 * n);
 }
 
+/* A unit's tokens: [first, first + n) of segment `segment`. */
+typedef struct {
+    int segment, first, n;
+} TokenBlock;
+
 typedef struct {
     Batch *b;
     const Config *c;
-    int layer, T, pos;
+    const Segment *segments;
+    const TokenBlock *blocks;
+    int layer;
 } AttentionJob;
 
 /* Tokens in one unit of attention work: enough that a unit has 8 queries
@@ -3566,39 +3603,48 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     const Config *c = job->c;
     Batch *b = job->b;
     RunState *s = b->s;
-    int head_size = c->dim / c->n_heads;
-    int heads_per_kv = c->n_heads / c->n_kv_heads, per_unit = attention_tokens_per_unit(c);
+    int head_size = c->dim / c->n_heads, heads_per_kv = c->n_heads / c->n_kv_heads;
     for (int unit = begin; unit < end; unit++) {
-        int first = unit / c->n_kv_heads * per_unit, kv_head = unit % c->n_kv_heads;
-        int n_tokens = job->T - first < per_unit ? job->T - first : per_unit;
-        size_t first_head = (size_t)first * c->dim + (size_t)kv_head * heads_per_kv * head_size;
-        kernels->attention_block(b->xb + first_head, b->q + first_head, n_tokens, c->dim, job->pos + first,
-                                 &s->key_cache, &s->value_cache, job->layer, kv_head,
+        const TokenBlock *block = &job->blocks[unit / c->n_kv_heads];
+        const Segment *seg = &job->segments[block->segment];
+        int kv_head = unit % c->n_kv_heads;
+        size_t first_head = (size_t)block->first * c->dim + (size_t)kv_head * heads_per_kv * head_size;
+        kernels->attention_block(b->xb + first_head, b->q + first_head, block->n, c->dim,
+                                 seg->pos + block->first - seg->first, seg->keys, seg->values, job->layer, kv_head,
                                  b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, b->rows + (size_t)thread * head_size,
                                  heads_per_kv);
     }
 }
 
-/* Causal attention of layer l for the batch's T tokens at positions pos..,
-   all heads, on all threads: reads q, writes xb. */
-static void attention(Batch *b, const Config *c, int layer, int T, int pos) {
-    AttentionJob job = {b, c, layer, T, pos};
-    int blocks = (T + attention_tokens_per_unit(c) - 1) / attention_tokens_per_unit(c);
-    /* two passes (scores, values) over keys and values that, when decoding, come
-       from memory (the weights read since have pushed them out of the caches):
-       measured at stories110M's shape, as slow as about 8 multiply-adds */
-    parallel_for(attention_task, &job, blocks * c->n_kv_heads, 8.0 * T * c->n_heads * (pos + T) * (c->dim / c->n_heads));
+/* Causal attention of layer l for every segment's tokens, all heads, on all
+   threads: reads q, writes xb. */
+static void attention(Batch *b, const Config *c, int layer, const Segment *segments, int n_segments) {
+    TokenBlock blocks[MAX_BATCH];
+    int n_blocks = 0, per_unit = attention_tokens_per_unit(c);
+    double work = 0;
+    for (int i = 0; i < n_segments; i++) {
+        const Segment *seg = &segments[i];
+        for (int t = 0; t < seg->n; t += per_unit)
+            blocks[n_blocks++] = (TokenBlock){i, seg->first + t, seg->n - t < per_unit ? seg->n - t : per_unit};
+        /* two passes (scores, values) over keys and values that, when decoding, come
+           from memory (the weights read since have pushed them out of the caches):
+           measured at stories110M's shape, as slow as about 8 multiply-adds */
+        work += 8.0 * seg->n * c->n_heads * (seg->pos + seg->n) * (c->dim / c->n_heads);
+    }
+    AttentionJob job = {b, c, segments, blocks, layer};
+    parallel_for(attention_task, &job, n_blocks * c->n_kv_heads, work);
 }
 
 /* ------------------------------------------------------------------------- */
 /* forward_batch(): forward() for many tokens at once                         */
 
-/* Runs tokens[0..T) at positions pos..pos+T-1 (T <= MAX_BATCH) through the
-   model: the steps of forward(), each for the whole batch and on all threads.
-   Each weight is read once per batch instead of once per token. `logits`: NULL
-   for none, the run state's s->logits for the last token's, or a buffer of
-   [T][vocab_size] for every token's (speculative decoding checks them all). */
-static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, int T, int pos, float *logits) {
+/* Runs tokens[0..T) (T <= MAX_BATCH) through the model, the segments' tokens
+   at their positions with their caches: the steps of forward(), each for the
+   whole batch and on all threads. Each weight is read once per batch instead
+   of once per token. The logits of the tokens classify[0..n_classify) go to
+   logits [n_classify][vocab_size]. */
+static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, int T, const Segment *segments,
+                             int n_segments, const int *classify, int n_classify, float *logits) {
     const Config *c = &ck->config;
     const Weights *w = &ck->weights;
     RunState *s = b->s;
@@ -3612,15 +3658,19 @@ static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, i
         rmsnorm_batch(b->xb, b->x, w->rms_att + (size_t)l * dim, T, dim, c->norm_eps);
         Projection qkv[3] = {{&w->wq[l], b->q, dim}, {&w->wk[l], b->k, kv_dim}, {&w->wv[l], b->v, kv_dim}};
         matmul(b, b->xb, dim, T, gs, qkv, 3);
-        for (int t = 0; t < T; t++) {
-            const float *cos_pos = s->rope_cos + (size_t)(pos + t) * head_size / 2;
-            const float *sin_pos = s->rope_sin + (size_t)(pos + t) * head_size / 2;
-            rope(b->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
-            rope(b->k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
-            cache_store(&s->key_cache, l, pos + t, b->k + (size_t)t * kv_dim, kernels->quantize);
-            cache_store(&s->value_cache, l, pos + t, b->v + (size_t)t * kv_dim, kernels->quantize);
+        for (int i = 0; i < n_segments; i++) {
+            const Segment *seg = &segments[i];
+            for (int t = seg->first; t < seg->first + seg->n; t++) {
+                int pos = seg->pos + t - seg->first;
+                const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2;
+                const float *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
+                rope(b->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
+                rope(b->k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
+                cache_store(seg->keys, l, pos, b->k + (size_t)t * kv_dim, kernels->quantize);
+                cache_store(seg->values, l, pos, b->v + (size_t)t * kv_dim, kernels->quantize);
+            }
         }
-        attention(b, c, l, T, pos);
+        attention(b, c, l, segments, n_segments);
         Projection wo = {&w->wo[l], b->xb2, dim};
         matmul(b, b->xb, dim, T, gs, &wo, 1);
         add(b->x, b->xb2, T * dim);
@@ -3633,12 +3683,25 @@ static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, i
         matmul(b, b->hb, hidden_dim, T, gs, &down, 1);
         add(b->x, b->xb, T * dim);
     }
-    if (!logits) return NULL;
-    int first = logits == s->logits ? T - 1 : 0; /* the last token's logits only, or every token's */
-    float *x = b->x + (size_t)first * dim;
-    rmsnorm_batch(x, x, w->rms_final, T - first, dim, c->norm_eps);
+    if (n_classify == 0) return;
+    for (int k = 0; k < n_classify; k++) /* the rows to classify, together */
+        memcpy(b->xb + (size_t)k * dim, b->x + (size_t)classify[k] * dim, dim * sizeof(float));
+    rmsnorm_batch(b->xb, b->xb, w->rms_final, n_classify, dim, c->norm_eps);
     Projection classifier = {&w->classifier, logits, c->vocab_size};
-    matmul(b, x, dim, T - first, gs, &classifier, 1);
+    matmul(b, b->xb, dim, n_classify, gs, &classifier, 1);
+}
+
+/* forward_segments() for tokens[0..T) of the run state's sequence at positions
+   pos..pos+T-1. `logits`: NULL for none, the run state's s->logits for the last
+   token's, or a buffer of [T][vocab_size] for every token's (speculative
+   decoding checks them all). */
+static float *forward_batch(const Checkpoint *ck, Batch *b, const int *tokens, int T, int pos, float *logits) {
+    RunState *s = b->s;
+    Segment all = {&s->key_cache, &s->value_cache, 0, T, pos};
+    int classify[MAX_BATCH];
+    int first = logits == s->logits ? T - 1 : 0, n_classify = logits ? T - first : 0;
+    for (int k = 0; k < n_classify; k++) classify[k] = first + k;
+    forward_segments(ck, b, tokens, T, &all, 1, classify, n_classify, logits);
     return logits;
 }
 
@@ -3657,7 +3720,7 @@ static float *forward_tokens(const Checkpoint *ck, Batch *b, const int *tokens, 
 /* PART III: GENERATE, CHAT, COMMAND LINE                                    */
 /* ========================================================================= */
 
-typedef enum { GENERATE, CHAT, TOKENIZE, PERPLEXITY, N_MODES } Mode;
+typedef enum { GENERATE, CHAT, TOKENIZE, PERPLEXITY, BATCH, N_MODES } Mode;
 
 /* What the command line asks for; the defaults are llama2.c's. */
 typedef struct {
@@ -3665,6 +3728,7 @@ typedef struct {
     Mode mode;
     float temperature, topp;
     long long seed, steps, threads, lookup, max_draft, roll;
+    long long batch, pool; /* batch mode: sequences at once, KV pool positions (0: the default) */
     int steps_given; /* perplexity's windows are the whole context unless -n says otherwise */
     CacheType cache;
 } Options;
@@ -3701,15 +3765,15 @@ static void stop_compute(void) {
 }
 
 /* Readies the model for positions 0 .. n_pos - 1, with a KV cache of that
-   type, and brings its weights into memory; classify_all: run_tokens() may be
-   asked for every token's logits. */
-static void start_model(Model *m, int n_pos, CacheType cache, int classify_all) {
+   type (n_blocks: as init_run_state()), and brings its weights into memory;
+   classify_all: run_tokens() may be asked for every token's logits. */
+static void start_model(Model *m, int n_pos, int n_blocks, CacheType cache, int classify_all) {
 #ifndef RUN_PLAIN
     /* before the KV cache is allocated: on Linux 6.18 (Firecracker), memory
        written before MADV_POPULATE_READ ran was 30x slower to write again */
     prefault_checkpoint(&m->ck);
 #endif
-    init_run_state(&m->state, &m->ck.config, n_pos, cache);
+    init_run_state(&m->state, &m->ck.config, n_pos, n_blocks, cache);
 #ifndef RUN_PLAIN
     init_batch(&m->batch, &m->ck.config, &m->state, pool.n_threads, classify_all);
 #else
@@ -3738,6 +3802,30 @@ static float *run_tokens(Model *m, const int *tokens, int n, int pos, float *all
 #else
     if (all_logits) return forward_batch(&m->ck, &m->batch, tokens, n, pos, all_logits);
     return forward_tokens(&m->ck, &m->batch, tokens, n, pos);
+#endif
+}
+
+/* Runs the segments' tokens (tokens[0..T), T <= MAX_BATCH), each sequence's
+   at its positions in its caches; the logits of tokens classify[0..n_classify)
+   (in increasing order) go to logits [n_classify][vocab_size]. Part II's forward_segments() when it
+   is built, else forward() a token at a time with each segment's caches. */
+static void run_segments(Model *m, const int *tokens, int T, const Segment *segments, int n_segments,
+                         const int *classify, int n_classify, float *logits) {
+#ifdef RUN_PLAIN
+    RunState *s = &m->state;
+    KVCache keys = s->key_cache, values = s->value_cache;
+    int vocab = m->ck.config.vocab_size, k = 0;
+    for (int i = 0; i < n_segments; i++) {
+        s->key_cache = *segments[i].keys, s->value_cache = *segments[i].values;
+        for (int t = segments[i].first; t < segments[i].first + segments[i].n; t++) {
+            float *out = forward(&m->ck, s, tokens[t], segments[i].pos + t - segments[i].first);
+            if (k < n_classify && classify[k] == t) memcpy(logits + (size_t)k++ * vocab, out, vocab * sizeof(float));
+        }
+    }
+    s->key_cache = keys, s->value_cache = values;
+    (void)T;
+#else
+    forward_segments(&m->ck, &m->batch, tokens, T, segments, n_segments, classify, n_classify, logits);
 #endif
 }
 
@@ -4170,7 +4258,7 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const O
     int chunk = window - 1;
     int n_windows = n_tokens / chunk + (n_tokens % chunk != 0);
     start_compute((int)o->threads);
-    start_model(m, n_tokens < chunk ? n_tokens : chunk, o->cache, 1);
+    start_model(m, n_tokens < chunk ? n_tokens : chunk, 0, o->cache, 1);
     float *logits = xmalloc((size_t)MAX_BATCH * vocab * sizeof(float));
     int input[MAX_BATCH];
     int show_progress = isatty(STDERR_FILENO);
@@ -4202,7 +4290,696 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const O
 }
 
 /* ------------------------------------------------------------------------- */
+/* Batch mode: many prompts, continuous batching over a paged KV cache        */
+
+/* -m batch reads a JSON object a line (-f), runs up to -b of them at once and
+   writes a JSON object a line as each finishes. Every step runs one batched
+   forward over the next token of each sequence that is answering and chunks of
+   prompts, so the weights are read once for all of them; a sequence that ends
+   leaves at once and a waiting prompt takes its place. The kernels give a token
+   the same bits whatever else is in the batch, so each answer is the text that
+   generate (or, with "system", chat) prints for its prompt alone. */
+
+/* One line of the batch file. Its strings point into the line's decoded text. */
+typedef struct {
+    int line;               /* from 1 */
+    const char *id;         /* "id" as given, a string; NULL: a number (id_number), or absent (the line number) */
+    long long id_number;
+    int has_id;
+    const char *prompt;
+    const char *system;     /* NULL: no chat template */
+    long long n, seed;
+    float temperature, topp;
+} Request;
+
+/* A strict JSON reader for one line: RFC 8259's grammar, text in UTF-8. A
+   mistake ends the run with the file, line, column and field. */
+typedef struct {
+    const char *path, *text, *p, *end;
+    int line;
+    char *out; /* decoded strings, each NUL-terminated: never longer than the line */
+} JsonLine;
+
+__attribute__((format(printf, 2, 3))) static void json_error(const JsonLine *r, const char *fmt, ...) {
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    fail("-f %s: line %d, column %d: %s", r->path, r->line, (int)(r->p - r->text) + 1, message);
+}
+
+static void json_space(JsonLine *r) {
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\r' || *r->p == '\n')) r->p++;
+}
+
+static const char *json_type_at(const JsonLine *r) {
+    if (r->p == r->end) return "the end of the line";
+    switch (*r->p) {
+    case '"': return "a string";
+    case '{': return "an object";
+    case '[': return "an array";
+    case 't': case 'f': return "true or false";
+    case 'n': return "null";
+    default: return *r->p == '-' || isdigit((unsigned char)*r->p) ? "a number" : "something that is not JSON";
+    }
+}
+
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The 4 hex digits of a \u escape after r->p. */
+static uint32_t json_hex4(JsonLine *r) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        int d = r->p + i < r->end ? hex_digit(r->p[i]) : -1;
+        if (d < 0) json_error(r, "\\u needs four hex digits");
+        v = v << 4 | (uint32_t)d;
+    }
+    r->p += 4;
+    return v;
+}
+
+/* Writes code point cp as UTF-8 at out; returns the bytes written. */
+static int put_utf8(char *out, uint32_t cp) {
+    if (cp < 0x80) return out[0] = (char)cp, 1;
+    if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), 2;
+    if (cp < 0x10000)
+        return out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 0x3F)), out[2] = (char)(0x80 | (cp & 0x3F)), 3;
+    out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F)), out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* The string at r->p (its opening quote), decoded into r->out. Refused: a raw
+   control character, bytes that are not UTF-8, an unknown escape, a surrogate
+   without its pair, and \u0000 (prompts are C strings, as -i's are). */
+static const char *json_string(JsonLine *r, const char *field) {
+    char *start = r->out;
+    r->p++;
+    for (;;) {
+        if (r->p == r->end) json_error(r, "%s: the string does not end", field);
+        unsigned char c = (unsigned char)*r->p;
+        if (c == '"') break;
+        if (c < 0x20) json_error(r, "%s: a control character (0x%02x) must be escaped", field, c);
+        if (c != '\\') {
+            int len = utf8_char_len((const unsigned char *)r->p, (size_t)(r->end - r->p));
+            if (len == 0) json_error(r, "%s: bytes that are not UTF-8", field);
+            memcpy(r->out, r->p, len);
+            r->out += len, r->p += len;
+            continue;
+        }
+        if (++r->p == r->end) json_error(r, "%s: the string does not end", field);
+        char e = *r->p++;
+        const char *plain = strchr("\"\\/bfnrt", e), *value = "\"\\/\b\f\n\r\t";
+        if (e != 'u') {
+            if (!plain || !e) json_error(r, "%s: unknown escape '\\%c'", field, e);
+            *r->out++ = value[plain - "\"\\/bfnrt"];
+            continue;
+        }
+        uint32_t cp = json_hex4(r);
+        if (cp >= 0xDC00 && cp <= 0xDFFF) json_error(r, "%s: \\u%04X is half of a surrogate pair, without its first half", field, cp);
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (r->end - r->p < 2 || r->p[0] != '\\' || r->p[1] != 'u')
+                json_error(r, "%s: \\u%04X is half of a surrogate pair, without its second half", field, cp);
+            r->p += 2;
+            uint32_t low = json_hex4(r);
+            if (low < 0xDC00 || low > 0xDFFF) json_error(r, "%s: \\u%04X must be followed by a low surrogate", field, cp);
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+        }
+        if (cp == 0) json_error(r, "%s: \\u0000 (the text must have no NUL)", field);
+        r->out += put_utf8(r->out, cp);
+    }
+    r->p++;
+    *r->out++ = '\0';
+    return start;
+}
+
+/* The number at r->p, by JSON's grammar; integer: no fraction or exponent. */
+static double json_number(JsonLine *r, const char *field, int integer, long long *as_integer) {
+    const char *start = r->p, *p = r->p;
+    if (p < r->end && *p == '-') p++;
+    if (p == r->end || !isdigit((unsigned char)*p)) json_error(r, "%s: expected a number, found %s", field, json_type_at(r));
+    if (*p == '0') p++;
+    else while (p < r->end && isdigit((unsigned char)*p)) p++;
+    int fraction = 0;
+    if (p < r->end && *p == '.') {
+        fraction = 1, p++;
+        if (p == r->end || !isdigit((unsigned char)*p)) json_error(r, "%s: a digit must follow the decimal point", field);
+        while (p < r->end && isdigit((unsigned char)*p)) p++;
+    }
+    if (p < r->end && (*p == 'e' || *p == 'E')) {
+        fraction = 1, p++;
+        if (p < r->end && (*p == '+' || *p == '-')) p++;
+        if (p == r->end || !isdigit((unsigned char)*p)) json_error(r, "%s: the exponent has no digits", field);
+        while (p < r->end && isdigit((unsigned char)*p)) p++;
+    }
+    if (integer && fraction) json_error(r, "%s: expected an integer, found %.*s", field, (int)(p - start), start);
+    char number[64];
+    if (p - start >= (long)sizeof number) json_error(r, "%s: the number %.20s... is too long", field, start);
+    memcpy(number, start, p - start);
+    number[p - start] = '\0';
+    r->p = p;
+    errno = 0;
+    if (integer) {
+        *as_integer = strtoll(number, NULL, 10);
+        if (errno == ERANGE) json_error(r, "%s: %s is out of range", field, number);
+        return (double)*as_integer;
+    }
+    double v = strtod(number, NULL);
+    if (errno == ERANGE && fabs(v) > 1) json_error(r, "%s: %s is out of range", field, number);
+    return v;
+}
+
+static long long json_integer(JsonLine *r, const char *field, long long lo, long long hi) {
+    long long v;
+    const char *start = r->p;
+    json_number(r, field, 1, &v);
+    if (v < lo || v > hi) r->p = start, json_error(r, "%s: %lld is out of range [%lld, %lld]", field, v, lo, hi);
+    return v;
+}
+
+static float json_float(JsonLine *r, const char *field, double lo, double hi) {
+    const char *start = r->p;
+    double v = json_number(r, field, 0, NULL);
+    if (!(v >= lo && v <= hi) || isinf((float)v)) r->p = start, json_error(r, "%s: %g is out of range [%g, %g]", field, v, lo, hi);
+    return (float)v;
+}
+
+/* Parses line `line` of the batch file (text[0..len), no newline) into *q, its
+   strings decoded into out (room for len + 1 bytes); returns 0 for a blank
+   line. The fields the line leaves out come from the command line's. */
+static int parse_request(const char *path, int line, const char *text, size_t len, char *out, Request *q,
+                         const Request *defaults) {
+    JsonLine r = {path, text, text, text + len, line, out};
+    json_space(&r);
+    if (r.p == r.end) return 0;
+    *q = *defaults;
+    q->line = line;
+    if (*r.p != '{') json_error(&r, "expected a JSON object ({...}), found %s", json_type_at(&r));
+    r.p++;
+    static const char *const fields[] = {"prompt", "id", "n", "temperature", "topp", "seed", "system"};
+    int seen[7] = {0};
+    json_space(&r);
+    while (r.p < r.end && *r.p != '}') {
+        if (*r.p != '"') json_error(&r, "expected a field name in quotes, found %s", json_type_at(&r));
+        const char *key_at = r.p;
+        const char *key = json_string(&r, "a field name");
+        int f = 0;
+        while (f < 7 && strcmp(key, fields[f]) != 0) f++;
+        r.p = key_at;
+        if (f == 7) json_error(&r, "unknown field \"%.40s\" (prompt, id, n, temperature, topp, seed, system)", key);
+        if (seen[f]++) json_error(&r, "\"%s\" appears twice", fields[f]);
+        json_string(&r, "a field name");
+        json_space(&r);
+        if (r.p == r.end || *r.p != ':') json_error(&r, "expected ':' after \"%s\"", fields[f]);
+        r.p++;
+        json_space(&r);
+        char field[32];
+        snprintf(field, sizeof field, "\"%s\"", fields[f]);
+        int is_string = r.p < r.end && *r.p == '"';
+        switch (f) {
+        case 0: case 6:
+            if (!is_string) json_error(&r, "%s: expected a string, found %s", field, json_type_at(&r));
+            *(f == 0 ? &q->prompt : &q->system) = json_string(&r, field);
+            break;
+        case 1:
+            q->has_id = 1;
+            if (is_string) q->id = json_string(&r, field);
+            else if (r.p < r.end && (*r.p == '-' || isdigit((unsigned char)*r.p))) q->id = NULL, json_number(&r, field, 1, &q->id_number);
+            else json_error(&r, "%s: expected a string or an integer, found %s", field, json_type_at(&r));
+            break;
+        case 2: q->n = json_integer(&r, field, 0, INT32_MAX); break;
+        case 3: q->temperature = json_float(&r, field, 0, HUGE_VAL); break;
+        case 4: q->topp = json_float(&r, field, 0, 1); break;
+        case 5: q->seed = json_integer(&r, field, 0, LLONG_MAX); break;
+        }
+        json_space(&r);
+        if (r.p < r.end && *r.p == ',') {
+            r.p++;
+            json_space(&r);
+            if (r.p < r.end && *r.p == '}') json_error(&r, "a ',' before '}'");
+        } else if (r.p == r.end || *r.p != '}') {
+            json_error(&r, "expected ',' or '}' after %s", field);
+        }
+    }
+    if (r.p == r.end) json_error(&r, "the object does not end ('}')");
+    r.p++;
+    json_space(&r);
+    if (r.p != r.end) json_error(&r, "more after the object: one JSON object per line");
+    if (!seen[0]) r.p = text, json_error(&r, "no \"prompt\"");
+    return 1;
+}
+
+/* Writes s[0..n) as a JSON string: UTF-8 as it is, quotes, backslashes and
+   control characters escaped. A byte that is not part of valid UTF-8 (a
+   character cut by the end of an answer) becomes \udc80..\udcff, Python's
+   "surrogateescape": text.encode('utf-8', 'surrogateescape') gives the bytes. */
+static void json_write_string(FILE *out, const char *s, size_t n) {
+    fputc('"', out);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        int len = utf8_char_len((const unsigned char *)s + i, n - i);
+        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+        else if (c == '\n') fputs("\\n", out);
+        else if (c == '\t') fputs("\\t", out);
+        else if (c == '\r') fputs("\\r", out);
+        else if (c < 0x20) fprintf(out, "\\u%04x", c);
+        else if (len == 0) fprintf(out, "\\udc%02x", c);
+        else fwrite(s + i, 1, len, out);
+        i += len ? len : 1;
+    }
+    fputc('"', out);
+}
+
+/* The blocks of batch mode's KV cache (the run state's caches, a pool of
+   them): each used by refs sequences, or free, or free but cached, still
+   holding the rows of a full block that a later prompt with the same start may
+   take back. The prefix table knows each full block by its tokens and the
+   block before it (and so on, back to position 0: its rows depend on all of
+   them). */
+typedef struct {
+    int n_blocks, n_free;
+    int *refs;
+    int *parent;    /* in the prefix table: the block before (-1 for positions 0..), else -2 */
+    int *tokens;    /* [n_blocks][KV_BLOCK]: the tokens of a block in the table */
+    long *freed_at; /* when a free block was freed: the longest free is reused first */
+    long clock;
+} BlockPool;
+
+static void init_block_pool(BlockPool *p, int n_blocks) {
+    *p = (BlockPool){.n_blocks = n_blocks, .n_free = n_blocks};
+    p->refs = xcalloc(n_blocks, sizeof(int));
+    p->parent = xmalloc(n_blocks * sizeof(int));
+    for (int i = 0; i < n_blocks; i++) p->parent[i] = -2;
+    p->tokens = xmalloc((size_t)n_blocks * KV_BLOCK * sizeof(int));
+    p->freed_at = xcalloc(n_blocks, sizeof(long));
+}
+
+static void free_block_pool(BlockPool *p) {
+    free(p->refs), free(p->parent), free(p->tokens), free(p->freed_at);
+}
+
+/* A free block for new rows: one outside the prefix table if any, else the
+   cached block free the longest, which leaves the table. -1: none. */
+static int take_block(BlockPool *p) {
+    int best = -1;
+    for (int i = 0; i < p->n_blocks; i++) {
+        if (p->refs[i]) continue;
+        if (p->parent[i] == -2) { best = i; break; }
+        if (best < 0 || p->freed_at[i] < p->freed_at[best]) best = i;
+    }
+    if (best < 0) return -1;
+    p->parent[best] = -2;
+    p->refs[best] = 1;
+    p->n_free--;
+    return best;
+}
+
+static void hold_block(BlockPool *p, int block) {
+    if (p->refs[block]++ == 0) p->n_free--;
+}
+
+static void release_block(BlockPool *p, int block) {
+    if (--p->refs[block] == 0) p->n_free++, p->freed_at[block] = p->clock++;
+}
+
+/* The block in the prefix table after `parent` with these KV_BLOCK tokens; -1: none. */
+static int find_block(const BlockPool *p, int parent, const int *tokens) {
+    for (int i = 0; i < p->n_blocks; i++)
+        if (p->parent[i] == parent && memcmp(p->tokens + (size_t)i * KV_BLOCK, tokens, KV_BLOCK * sizeof(int)) == 0)
+            return i;
+    return -1;
+}
+
+typedef enum { WAITING, RUNNING, FINISHED } SequenceState;
+
+/* One prompt and its answer, from the file's line to the result's. */
+typedef struct {
+    const Request *request;
+    SequenceState state;
+    TokenList tokens;     /* the prompt, then the answer; the last one drawn is not yet run */
+    int n_prompt;
+    int computed;         /* tokens[0..computed) have their keys and values in the cache */
+    int *blocks, n_blocks; /* the block table */
+    int in_table;         /* of its full blocks, how many the prefix table has seen */
+    KVCache keys, values; /* the pool seen through the block table */
+    Sampler sampler;
+    int max_new, generated;
+    const int *stop_ids;
+    int n_stop;
+    char *text;           /* the answer's bytes, as generate prints them */
+    size_t text_len;
+    FILE *text_out;
+    long admitted;        /* the order of admission: the youngest is paused first */
+    int planned;          /* tokens in this step */
+} Sequence;
+
+/* Gives seq's block table blocks for tokens[0..n_positions); 0 if the pool has
+   too few free. */
+static int reserve_blocks(BlockPool *p, Sequence *seq, int n_positions) {
+    int need = (n_positions + KV_BLOCK - 1) / KV_BLOCK;
+    if (need - seq->n_blocks > p->n_free) return 0;
+    while (seq->n_blocks < need) seq->blocks[seq->n_blocks++] = take_block(p);
+    return 1;
+}
+
+/* Lets go of every block (a paused sequence is run again from its start when
+   it is readmitted, which gives the same rows). */
+static void release_sequence(BlockPool *p, Sequence *seq) {
+    for (int i = 0; i < seq->n_blocks; i++) release_block(p, seq->blocks[i]);
+    seq->n_blocks = seq->computed = seq->in_table = 0;
+}
+
+/* Puts seq's full, computed blocks into the prefix table (unless an equal one is there). */
+static void add_to_prefix_table(BlockPool *p, Sequence *seq) {
+    for (; seq->in_table < seq->computed / KV_BLOCK; seq->in_table++) {
+        int i = seq->in_table, block = seq->blocks[i], parent = i ? seq->blocks[i - 1] : -1;
+        const int *tokens = seq->tokens.ids + (size_t)i * KV_BLOCK;
+        if (p->parent[block] != -2 || find_block(p, parent, tokens) >= 0) continue;
+        p->parent[block] = parent;
+        memcpy(p->tokens + (size_t)block * KV_BLOCK, tokens, KV_BLOCK * sizeof(int));
+    }
+}
+
+/* How many full blocks of seq's start, at most `limit`, the prefix table has;
+   *idle: how many of those are free (cached). take: into seq's (empty) table. */
+static int match_prefix(BlockPool *p, Sequence *seq, int limit, int take, int *idle) {
+    int n = 0, parent = -1;
+    *idle = 0;
+    for (; n < limit; n++) {
+        int block = find_block(p, parent, seq->tokens.ids + (size_t)n * KV_BLOCK);
+        if (block < 0) break;
+        *idle += p->refs[block] == 0;
+        if (take) hold_block(p, block), seq->blocks[seq->n_blocks++] = block;
+        parent = block;
+    }
+    return n;
+}
+
+/* The scheduler's state: every sequence, those running in order of admission,
+   and the waiting ones in the order they go in (a paused one first). */
+typedef struct {
+    BlockPool pool;
+    Sequence *seqs;
+    int n_seqs, max_running;
+    Sequence **running, **waiting;
+    int n_running, n_waiting;
+    int done;
+    long admissions, paused, shared_tokens, generated;
+} Scheduler;
+
+static void pause_youngest(Scheduler *sc) {
+    Sequence *seq = sc->running[--sc->n_running];
+    release_sequence(&sc->pool, seq);
+    seq->state = WAITING;
+    memmove(sc->waiting + 1, sc->waiting, sc->n_waiting * sizeof *sc->waiting);
+    sc->waiting[0] = seq;
+    sc->n_waiting++;
+    sc->paused++;
+}
+
+/* Whether a running sequence will soon compute blocks of seq's start that the
+   prefix table lacks (prompts with a common start admitted together): seq
+   waits for them, so that they are computed once. */
+static int shares_pending_blocks(const Scheduler *sc, const Sequence *seq, int matched, int limit) {
+    for (int i = 0; i < sc->n_running; i++) {
+        const Sequence *other = sc->running[i];
+        int same = 0, n = other->tokens.n < seq->tokens.n ? other->tokens.n : seq->tokens.n;
+        while (same < n && other->tokens.ids[same] == seq->tokens.ids[same]) same++;
+        int common = same / KV_BLOCK < limit ? same / KV_BLOCK : limit;
+        if (common > matched && other->computed < common * KV_BLOCK) return 1;
+    }
+    return 0;
+}
+
+/* Takes the first waiting sequence that can start: the rest of its prompt fits
+   in the pool (else none starts: the first in line is not overtaken by smaller
+   ones for ever), and no running one is computing its start. */
+static Sequence *admit(Scheduler *sc) {
+    for (int w = 0; w < sc->n_waiting; w++) {
+        Sequence *seq = sc->waiting[w];
+        int limit = (seq->tokens.n - 1) / KV_BLOCK; /* at least the last token is run, for its logits */
+        int idle, matched = match_prefix(&sc->pool, seq, limit, 0, &idle);
+        if (shares_pending_blocks(sc, seq, matched, limit)) continue;
+        int need = (seq->tokens.n + KV_BLOCK - 1) / KV_BLOCK - matched;
+        if (need + idle > sc->pool.n_free) return NULL;
+        match_prefix(&sc->pool, seq, matched, 1, &idle);
+        seq->computed = matched * KV_BLOCK;
+        seq->in_table = matched;
+        sc->shared_tokens += seq->computed;
+        memmove(sc->waiting + w, sc->waiting + w + 1, (sc->n_waiting - w - 1) * sizeof *sc->waiting);
+        sc->n_waiting--;
+        seq->state = RUNNING;
+        seq->admitted = sc->admissions++;
+        sc->running[sc->n_running++] = seq;
+        return seq;
+    }
+    return NULL;
+}
+
+/* Tokens [computed, computed + k) of seq join the step: at most `room`, and as
+   many as the pool's free blocks hold; returns k. */
+static int plan_tokens(BlockPool *p, Sequence *seq, int room) {
+    int k = seq->tokens.n - seq->computed, fits = seq->n_blocks * KV_BLOCK + p->n_free * KV_BLOCK - seq->computed;
+    if (k > room) k = room;
+    if (k > fits) k = fits;
+    if (k > 0) reserve_blocks(p, seq, seq->computed + k);
+    seq->planned = k > 0 ? k : 0;
+    return seq->planned;
+}
+
+/* Chooses this step's tokens: the next token of every running sequence that
+   is answering, then chunks of the prompts being read (in order of admission),
+   then new prompts, up to MAX_BATCH tokens. A sequence that needs a block when
+   none is free pauses the youngest (itself, if it is the youngest). Returns the
+   tokens' count. */
+static int plan_step(Scheduler *sc) {
+    for (;;) {
+        int T = 0;
+        for (int i = 0; i < sc->n_running; i++) sc->running[i]->planned = 0;
+        for (int i = 0; i < sc->n_running; i++) {
+            Sequence *seq = sc->running[i];
+            if (seq->tokens.n - seq->computed != 1) continue;
+            int reserved;
+            while (!(reserved = reserve_blocks(&sc->pool, seq, seq->computed + 1)) && i < sc->n_running - 1)
+                pause_youngest(sc);
+            if (!reserved) { /* seq is the youngest */
+                pause_youngest(sc);
+                break;
+            }
+            seq->planned = 1, T++;
+        }
+        for (int i = 0; i < sc->n_running && T < MAX_BATCH; i++)
+            if (sc->running[i]->tokens.n - sc->running[i]->computed > 1) T += plan_tokens(&sc->pool, sc->running[i], MAX_BATCH - T);
+        Sequence *seq;
+        while (sc->n_running < sc->max_running && T < MAX_BATCH && (seq = admit(sc))) T += plan_tokens(&sc->pool, seq, MAX_BATCH - T);
+        if (T > 0 || sc->n_running == 0) return T;
+        pause_youngest(sc); /* every running prompt waits for blocks: free some */
+    }
+}
+
+/* Writes seq's result line and lets its slot and blocks go. */
+static void finish_sequence(Scheduler *sc, Sequence *seq, const char *reason, const char *error) {
+    if (seq->text_out) fclose(seq->text_out), seq->text_out = NULL;
+    const Request *q = seq->request;
+    printf("{\"id\":");
+    if (q->has_id && q->id) json_write_string(stdout, q->id, strlen(q->id));
+    else printf("%lld", q->has_id ? q->id_number : (long long)q->line);
+    printf(",\"text\":");
+    json_write_string(stdout, seq->text ? seq->text : "", seq->text ? seq->text_len : 0);
+    printf(",\"prompt_tokens\":%d,\"completion_tokens\":%d,\"finish_reason\":\"%s\"", seq->n_prompt, seq->generated, reason);
+    if (error) {
+        printf(",\"error\":");
+        json_write_string(stdout, error, strlen(error));
+    }
+    printf("}\n");
+    fflush(stdout);
+    for (int i = 0; i < sc->n_running; i++)
+        if (sc->running[i] == seq) {
+            memmove(sc->running + i, sc->running + i + 1, (sc->n_running - i - 1) * sizeof *sc->running);
+            sc->n_running--;
+            break;
+        }
+    release_sequence(&sc->pool, seq);
+    seq->state = FINISHED;
+    sc->done++;
+    free(seq->text), seq->text = NULL;
+    free(seq->tokens.ids), seq->tokens.ids = NULL;
+    free(seq->blocks), seq->blocks = NULL;
+}
+
+/* The token drawn after seq's last: the end of the answer (a stop id, or its
+   max_new-th token), or the next token to run, as print_answer() decides. */
+static void take_token(Scheduler *sc, Sequence *seq, const Tokenizer *tok, int next) {
+    for (int k = 0; k < seq->n_stop; k++)
+        if (next == seq->stop_ids[k]) {
+            finish_sequence(sc, seq, "stop", NULL);
+            return;
+        }
+    int len;
+    const char *piece = decode(tok, seq->tokens.ids[seq->tokens.n - 1], next, &len);
+    if (!seq->text_out && !(seq->text_out = open_memstream(&seq->text, &seq->text_len))) fail("out of memory");
+    print_piece(tok, seq->text_out, piece, len);
+    fflush(seq->text_out);
+    seq->generated++, sc->generated++;
+    if (seq->generated == seq->max_new) finish_sequence(sc, seq, "length", NULL);
+    else append_ids(&seq->tokens, &next, 1);
+}
+
+/* Runs one planned step: each sequence's tokens as a segment of one batch; the
+   logits of the last token of each that has run all its tokens are sampled. */
+static void run_step(Scheduler *sc, Model *m, const Tokenizer *tok, int T, float *logits) {
+    int tokens[MAX_BATCH], classify[MAX_BATCH], n_segments = 0, n_classify = 0, first = 0;
+    Segment segments[MAX_BATCH];
+    Sequence *classified[MAX_BATCH];
+    for (int i = 0; i < sc->n_running; i++) {
+        Sequence *seq = sc->running[i];
+        if (!seq->planned) continue;
+        memcpy(tokens + first, seq->tokens.ids + seq->computed, seq->planned * sizeof(int));
+        segments[n_segments++] = (Segment){&seq->keys, &seq->values, first, seq->planned, seq->computed};
+        first += seq->planned;
+        seq->computed += seq->planned;
+        if (seq->computed == seq->tokens.n) classify[n_classify] = first - 1, classified[n_classify++] = seq;
+    }
+    run_segments(m, tokens, T, segments, n_segments, classify, n_classify, logits);
+    for (int i = 0; i < sc->n_running; i++) add_to_prefix_table(&sc->pool, sc->running[i]);
+    int vocab = m->ck.config.vocab_size;
+    for (int k = 0; k < n_classify; k++) /* in the batch's order: finishing reorders sc->running */
+        take_token(sc, classified[k], tok, sample(&classified[k]->sampler, logits + (size_t)k * vocab));
+}
+
+/* Progress on stderr: a line that updates in place on a terminal, else a line
+   at each quarter of the prompts. */
+static void report_progress(int done, int total, long generated, double seconds, int final) {
+    static double last_shown;
+    static int last_quarter;
+    double rate = seconds > 0 ? generated / seconds : 0.0;
+    if (isatty(STDERR_FILENO)) {
+        if (!final && seconds - last_shown < 0.25) return;
+        last_shown = seconds;
+        fprintf(stderr, "\rbatch: %d/%d done, %.1f tok/s%s", done, total, rate, final ? "\n" : "");
+    } else if (4 * done / total > last_quarter) {
+        last_quarter = 4 * done / total;
+        fprintf(stderr, "batch: %d/%d done, %.1f tok/s\n", done, total, rate);
+    }
+}
+
+/* -m batch: the requests of the file, each answered as generate (or chat, with
+   "system") answers it alone, -b at a time. */
+static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options *o) {
+    const Config *c = &m->ck.config;
+    Request defaults = {.n = o->steps, .seed = o->seed, .temperature = o->temperature, .topp = o->topp,
+                        .system = o->system_prompt};
+    /* every line is read before the first token: a mistake stops the run with nothing written */
+    int n_requests = 0, cap = 0, line = 0;
+    Request *requests = NULL;
+    char **decoded = NULL;
+    for (char *text = file_text; text; line++) {
+        char *end = strchr(text, '\n');
+        size_t len = end ? (size_t)(end - text) : strlen(text);
+        if (n_requests == cap) {
+            cap = cap ? 2 * cap : 64;
+            requests = realloc(requests, cap * sizeof *requests);
+            decoded = realloc(decoded, cap * sizeof *decoded);
+            if (!requests || !decoded) fail("-f %s: out of memory (%d prompts)", o->prompt_file, n_requests);
+        }
+        decoded[n_requests] = xmalloc(len + 1);
+        if (parse_request(o->prompt_file, line + 1, text, len, decoded[n_requests], &requests[n_requests], &defaults))
+            n_requests++;
+        else
+            free(decoded[n_requests]);
+        text = end ? end + 1 : NULL;
+    }
+    for (int i = 0; i < n_requests; i++)
+        if (requests[i].system && tok->kind == BYTE_LEVEL_BPE &&
+            (tok->start_header_id < 0 || tok->end_header_id < 0 || tok->end_of_turn_id < 0))
+            fail("-f %s: line %d: \"system\": the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, "
+                 "<|eot_id|>)", o->prompt_file, requests[i].line);
+
+    /* the sequences: their tokens, limits and samplers; a prompt longer than the context gets its error now */
+    static const int sentencepiece_end = EOS_ID;
+    Scheduler sc = {.max_running = (int)o->batch};
+    sc.seqs = xcalloc(n_requests ? n_requests : 1, sizeof(Sequence));
+    sc.running = xmalloc((sc.max_running + 1) * sizeof(Sequence *));
+    sc.waiting = xmalloc((n_requests ? n_requests : 1) * sizeof(Sequence *));
+    int longest = 0;
+    for (int i = 0; i < n_requests; i++) {
+        Sequence *seq = &sc.seqs[i];
+        const Request *q = &requests[i];
+        seq->request = q;
+        if (q->system) {
+            seq->tokens = chat_turn(tok, 0, q->system, q->prompt, NULL);
+            seq->stop_ids = tok->kind == SENTENCEPIECE ? &sentencepiece_end : tok->stop_ids; /* as chat() */
+            seq->n_stop = tok->kind == SENTENCEPIECE ? 1 : tok->n_stop;
+        } else {
+            seq->tokens.ids = encode(tok, q->prompt, strlen(q->prompt), 1, 0, &seq->tokens.n);
+            seq->tokens.cap = seq->tokens.n;
+            seq->stop_ids = tok->stop_ids, seq->n_stop = tok->n_stop;
+        }
+        seq->n_prompt = seq->tokens.n;
+        /* as generate with -n n_prompt - 1 + n: the answer ends where the context does */
+        seq->max_new = c->seq_len + 1 - seq->n_prompt;
+        if (q->n > 0 && q->n < seq->max_new) seq->max_new = (int)q->n;
+        if (seq->n_prompt > c->seq_len) {
+            char message[160];
+            snprintf(message, sizeof message, "line %d: \"prompt\": %d tokens, more than the model's context (%d)",
+                     q->line, seq->n_prompt, c->seq_len);
+            finish_sequence(&sc, seq, "error", message);
+        } else {
+            int positions = seq->n_prompt + seq->max_new - 1;
+            if (positions > longest) longest = positions;
+            sc.waiting[sc.n_waiting++] = seq;
+        }
+    }
+    if (sc.n_waiting > 0) {
+        int longest_blocks = (longest + KV_BLOCK - 1) / KV_BLOCK;
+        long long pool_blocks = o->pool ? (o->pool + KV_BLOCK - 1) / KV_BLOCK : (long long)sc.max_running * longest_blocks;
+        if (pool_blocks < longest_blocks)
+            fail("-x %lld: the KV pool must hold the longest request's %d positions", o->pool, longest_blocks * KV_BLOCK);
+        if (pool_blocks > INT32_MAX / KV_BLOCK) fail("-x %lld: more positions than the pool can have", o->pool);
+        SoftmaxFn fast_softmax = start_compute((int)o->threads);
+        start_model(m, longest, (int)pool_blocks, o->cache, 1);
+        init_block_pool(&sc.pool, (int)pool_blocks);
+        ProbIndex *probindex = xmalloc(c->vocab_size * sizeof(ProbIndex));
+        for (int i = 0; i < sc.n_waiting; i++) {
+            Sequence *seq = sc.waiting[i];
+            const Request *q = seq->request;
+            seq->sampler = (Sampler){c->vocab_size, q->temperature, q->topp,
+                                     q->seed > 0 ? (uint64_t)q->seed : (uint64_t)time(NULL), probindex, fast_softmax};
+            seq->blocks = xmalloc(longest_blocks * sizeof(int));
+            seq->keys = m->state.key_cache, seq->values = m->state.value_cache;
+            seq->keys.blocks = seq->values.blocks = seq->blocks;
+        }
+        float *logits = xmalloc((size_t)MAX_BATCH * c->vocab_size * sizeof(float));
+        double start = seconds_now();
+        for (int T; (T = plan_step(&sc)) > 0;) {
+            run_step(&sc, m, tok, T, logits);
+            report_progress(sc.done, n_requests, sc.generated, seconds_now() - start, 0);
+        }
+        double seconds = seconds_now() - start;
+        report_progress(sc.done, n_requests, sc.generated, seconds, 1);
+        long prompt_tokens = 0;
+        for (int i = 0; i < n_requests; i++) prompt_tokens += sc.seqs[i].n_prompt;
+        fprintf(stderr, "batch: %d prompts, %ld prompt tokens (%ld from shared blocks), %ld generated in %.2f s, "
+                "%.1f tok/s; -b %d, KV pool %d positions, paused %ld times\n", n_requests, prompt_tokens,
+                sc.shared_tokens, sc.generated, seconds, seconds > 0 ? sc.generated / seconds : 0.0, sc.max_running,
+                sc.pool.n_blocks * KV_BLOCK, sc.paused);
+        free(logits), free(probindex);
+        free_block_pool(&sc.pool);
+        stop_model(m);
+        stop_compute();
+    }
+    for (int i = 0; i < n_requests; i++) free(decoded[i]);
+    free(decoded), free(requests), free(sc.seqs), free(sc.running), free(sc.waiting);
+}
+
+/* ------------------------------------------------------------------------- */
 /* Command line                                                               */
+
+/* -m batch's sequences at once unless -b says otherwise */
+#define DEFAULT_BATCH 16
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -4219,14 +4996,18 @@ static void usage(FILE *out) {
             "  -f <string> file to read the prompt or text from instead of -i; - reads stdin\n"
             "  -z <string> tokenizer file, default tokenizer.bin\n"
             "  -m <string> mode: generate (default), chat, tokenize (print the prompt's ids),\n"
-            "              or perplexity (score the text: windows of -n positions, default the context)\n"
+            "              perplexity (score the text: windows of -n positions, default the context),\n"
+            "              or batch (-f: a JSON object per line, {\"prompt\": ...}; a JSON line per answer;\n"
+            "              -n is each answer's most tokens, 0 = up to the context)\n"
+            "  -b <int>    batch: sequences run at once, 1..%d, default %d\n"
+            "  -x <int>    batch: KV cache pool in positions, default -b times the longest request's\n"
             "  -y <string> system prompt in chat mode\n"
             "  -j <int>    threads, >= 1, default: one per CPU core\n"
             "  -d <string> draft model for speculative decoding (same vocabulary)\n"
             "  -l <int>    speculative decoding drafted from the text: n-grams of up to this many tokens, 1..16\n"
             "  -k <int>    tokens drafted per step at most, 1..32, default 6 with -d, 8 with -l\n"
             "  -c <string> KV cache: fp32 (default, exact) or int8 (a quarter of the memory, a scale per head)\n"
-            "  -h          this help\n");
+            "  -h          this help\n", MAX_BATCH / 2, DEFAULT_BATCH);
 }
 
 /* fail() for a mistake on the command line: the message, then where the options are. */
@@ -4284,7 +5065,7 @@ static char *read_text_file(const char *path) {
 }
 
 static Options parse_options(int argc, char **argv) {
-    static const char *const mode_names[] = {"generate", "chat", "tokenize", "perplexity"};
+    static const char *const mode_names[] = {"generate", "chat", "tokenize", "perplexity", "batch"};
     Options o = {.tokenizer = "tokenizer.bin", .temperature = 1.0f, .topp = 0.9f, .steps = 256, .cache = CACHE_FP32};
     const char *mode = "generate";
     for (int i = 1; i < argc; i++) {
@@ -4298,7 +5079,7 @@ static Options parse_options(int argc, char **argv) {
             o.checkpoint = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpsnifzmyjdlkrc", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpsnifzmyjdlkrcbx", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
@@ -4316,6 +5097,8 @@ static Options parse_options(int argc, char **argv) {
         case 'l': o.lookup = parse_int(arg, val, 1, 16); break;
         case 'k': o.max_draft = parse_int(arg, val, 1, MAX_DRAFT); break;
         case 'r': o.roll = parse_int(arg, val, 0, 1); break;
+        case 'b': o.batch = parse_int(arg, val, 1, MAX_BATCH / 2); break;
+        case 'x': o.pool = parse_int(arg, val, 1, INT32_MAX); break;
         case 'c':
             if (strcmp(val, "fp32") && strcmp(val, "int8")) bad_flag("-c: unknown KV cache type '%s' (fp32 or int8)", val);
             o.cache = strcmp(val, "int8") == 0 ? CACHE_INT8 : CACHE_FP32;
@@ -4324,7 +5107,14 @@ static Options parse_options(int argc, char **argv) {
     }
     if (!o.checkpoint) bad_flag("no checkpoint given");
     while (o.mode < N_MODES && strcmp(mode, mode_names[o.mode]) != 0) o.mode++;
-    if (o.mode == N_MODES) bad_flag("-m: unknown mode '%s' (generate, chat, tokenize or perplexity)", mode);
+    if (o.mode == N_MODES) bad_flag("-m: unknown mode '%s' (generate, chat, tokenize, perplexity or batch)", mode);
+    if ((o.batch || o.pool) && o.mode != BATCH) bad_flag("%s: for -m batch only", o.batch ? "-b" : "-x");
+    if (o.mode == BATCH && (o.draft || o.lookup || o.roll))
+        bad_flag("%s: not in batch mode (its answers run together, each drafting nothing and never past the context)",
+                 o.draft ? "-d" : o.lookup ? "-l" : "-r");
+    if (o.mode == BATCH && o.prompt) bad_flag("-i: -m batch reads its prompts from -f FILE (a JSON object per line)");
+    if (o.mode == BATCH && !o.prompt_file) bad_flag("-m batch needs -f FILE (a JSON object per line; - for stdin)");
+    if (o.mode == BATCH && !o.batch) o.batch = DEFAULT_BATCH;
     if (o.draft && o.lookup) bad_flag("-d and -l: draft from a model or from the text, not both");
     if (o.max_draft && !o.draft && !o.lookup) bad_flag("-k needs -d or -l");
     if (o.roll && o.mode != GENERATE) bad_flag("-r: for generate only (chat always shifts its context)");
@@ -4346,7 +5136,7 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
     long long steps = o->steps == 0 || (o->steps > c->seq_len && !o->roll) ? c->seq_len : o->steps;
     int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
     SoftmaxFn fast_softmax = start_compute((int)o->threads);
-    start_model(m, context, o->cache, o->draft || o->lookup);
+    start_model(m, context, 0, o->cache, o->draft || o->lookup);
     Model draft;
     Decoder d = {.lookup = (int)o->lookup, .max_draft = (int)(o->max_draft ? o->max_draft : o->draft ? 6 : 8)};
     if (o->draft) {
@@ -4354,7 +5144,7 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
         if (draft.ck.config.vocab_size != c->vocab_size)
             fail("%s: the draft's vocabulary is %d tokens, the model's (%s) %d", o->draft, draft.ck.config.vocab_size,
                  o->checkpoint, c->vocab_size);
-        start_model(&draft, context, o->cache, 0);
+        start_model(&draft, context, 0, o->cache, 0);
         d.draft = &draft;
         d.draft_probs = xmalloc((size_t)d.max_draft * c->vocab_size * sizeof(float));
     }
@@ -4389,6 +5179,8 @@ int main(int argc, char **argv) {
         free(ids);
     } else if (o.mode == PERPLEXITY) {
         perplexity(&m, &tok, text, &o);
+    } else if (o.mode == BATCH) {
+        batch(&m, &tok, file_text, &o);
     } else {
         run_decoding(&m, &tok, text, &o);
     }

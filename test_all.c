@@ -502,7 +502,7 @@ static void test_rope(void) {
     Config c = {.dim = N, .hidden_dim = 4, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
                 .vocab_size = 4, .seq_len = 8, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     RunState s;
-    init_run_state(&s, &c, c.seq_len, CACHE_FP32);
+    init_run_state(&s, &c, c.seq_len, 0, CACHE_FP32);
     float v[N];
     double ref[N];
     for (int i = 0; i < N; i++) v[i] = lcg_uniform();
@@ -565,7 +565,9 @@ static void test_rope_scaling(void) {
    or int8 (stored by cache_store(), whose quantization test_cache_quantization
    checks). */
 static KVCache cache_of(const float *rows, int n_keys, int kv_dim, int head_size, int int8) {
-    KVCache cache = {.n_pos = n_keys, .n_kv_heads = kv_dim / head_size, .head_size = head_size};
+    static const int first_block = 0;
+    KVCache cache = {.n_layers = 1, .n_kv_heads = kv_dim / head_size, .head_size = head_size, .block_size = n_keys,
+                     .blocks = &first_block};
     if (int8) { /* plain calloc, not the run state's 2 MB-aligned buffers: under ASan those cost 2 MB each */
         cache.q = calloc((size_t)n_keys * kv_dim, 1);
         cache.scale = calloc((size_t)n_keys * cache.n_kv_heads, sizeof(float));
@@ -625,8 +627,8 @@ static void test_cache_quantization(void) {
                 .seq_len = 3, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     enum { HS = 8, KV_DIM = 32 };
     RunState s8, s32;
-    init_run_state(&s8, &c, c.seq_len, CACHE_INT8);
-    init_run_state(&s32, &c, c.seq_len, CACHE_FP32);
+    init_run_state(&s8, &c, c.seq_len, 0, CACHE_INT8);
+    init_run_state(&s32, &c, c.seq_len, 0, CACHE_FP32);
     check(s8.key_cache.f32 == NULL && s8.value_cache.f32 == NULL && s32.key_cache.q == NULL,
           "the int8 cache has no fp32 arrays, the fp32 cache no int8 ones");
     int ok_scale = 1, ok_round = 1, ok_error = 1, ok_max = 1, ok_zero = 1, ok_fp32 = 1;
@@ -778,7 +780,7 @@ static double forward_error(const char *path, const TinyModel *m, double theta, 
     Checkpoint ck;
     open_checkpoint(&ck, path);
     RunState s;
-    init_run_state(&s, &ck.config, ck.config.seq_len, CACHE_FP32);
+    init_run_state(&s, &ck.config, ck.config.seq_len, 0, CACHE_FP32);
     const int tokens[6] = {1, 7, 33, 7, 20, 39};
     double worst = 0, ref[64];
     for (int n = 1; n <= 6; n++) {
@@ -794,7 +796,7 @@ static double forward_error(const char *path, const TinyModel *m, double theta, 
 
 /* Whether two caches of one shape hold the same bytes. */
 static int same_cache(const KVCache *a, const KVCache *b, const Config *c) {
-    size_t rows = (size_t)c->n_layers * a->n_kv_heads * a->n_pos, values = rows * a->head_size, scales = rows;
+    size_t rows = (size_t)c->n_layers * a->n_kv_heads * a->block_size, values = rows * a->head_size, scales = rows;
     if (a->f32) return b->f32 && memcmp(a->f32, b->f32, values * sizeof(float)) == 0;
     return b->q && memcmp(a->q, b->q, values) == 0 && memcmp(a->scale, b->scale, scales * sizeof(float)) == 0;
 }
@@ -814,7 +816,7 @@ static void test_batched_forward(const char *path, const char *what) {
     for (CacheType cache = CACHE_FP32; cache <= CACHE_INT8; cache++) {
         const char *cache_name = cache == CACHE_INT8 ? "int8" : "fp32";
         RunState one;
-        init_run_state(&one, c, c->seq_len, cache);
+        init_run_state(&one, c, c->seq_len, 0, cache);
         for (int i = 0; i < n; i++) memcpy(after_batch, forward(&ck, &one, tokens[i], i), c->vocab_size * sizeof(float));
         memcpy(after_step, forward(&ck, &one, tokens[n], n), c->vocab_size * sizeof(float));
         for (int k = 0; k < N_KERNEL_SETS; k++) {
@@ -823,7 +825,7 @@ static void test_batched_forward(const char *path, const char *what) {
             start_threads(2);
             RunState many;
             Batch b;
-            init_run_state(&many, c, c->seq_len, cache);
+            init_run_state(&many, c, c->seq_len, 0, cache);
             init_batch(&b, c, &many, 2, 0);
             int batch_same = memcmp(after_batch, forward_tokens(&ck, &b, tokens, n, 0), c->vocab_size * sizeof(float)) == 0;
             int step_same = memcmp(after_step, forward_tokens(&ck, &b, tokens + n, 1, n), c->vocab_size * sizeof(float)) == 0;
@@ -1043,7 +1045,7 @@ static void test_demo_model(void) {
     Checkpoint ck;
     open_checkpoint(&ck, "demo/model.bin");
     RunState s;
-    init_run_state(&s, &ck.config, ck.config.seq_len, CACHE_FP32);
+    init_run_state(&s, &ck.config, ck.config.seq_len, 0, CACHE_FP32);
     double worst = 0;
     int rows = 0;
     for (int pos = 0; pos < n && fgets(line, sizeof line, f); pos++, rows++) {
@@ -1080,8 +1082,8 @@ static void test_int8_cache_logits(const char *path, const char *what, double bo
     const Config *c = &ck.config;
     int n = c->seq_len < 200 ? c->seq_len : 200, token = BOS_ID, agree = 0;
     RunState s32, s8;
-    init_run_state(&s32, c, n, CACHE_FP32);
-    init_run_state(&s8, c, n, CACHE_INT8);
+    init_run_state(&s32, c, n, 0, CACHE_FP32);
+    init_run_state(&s8, c, n, 0, CACHE_INT8);
     double worst = 0, largest = 0;
     for (int pos = 0; pos < n; pos++) {
         const float *l32 = forward(&ck, &s32, token, pos), *l8 = forward(&ck, &s8, token, pos);
@@ -1561,7 +1563,7 @@ static void test_batched_matmul(void) {
         start_threads(threads);
         RunState s;
         Batch b_int8, b_fp32;
-        init_run_state(&s, &c, c.seq_len, CACHE_FP32);
+        init_run_state(&s, &c, c.seq_len, 0, CACHE_FP32);
         init_batch(&b_int8, &c, &s, threads, 0);
         init_batch(&b_fp32, &c_fp32, &s, threads, 0);
         for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++) {
@@ -1607,7 +1609,7 @@ static void test_batched_matmul(void) {
         start_threads(2);
         RunState s;
         Batch batch;
-        init_run_state(&s, &big, big.seq_len, CACHE_FP32);
+        init_run_state(&s, &big, big.seq_len, 0, CACHE_FP32);
         init_batch(&batch, &big, &s, 2, 0);
         int same = 1;
         for (int rep = 0; rep < 200 && same; rep++) {
@@ -2133,8 +2135,8 @@ static void test_speculative_sampling(void) {
     open_checkpoint(&m.ck, target_path);
     open_checkpoint(&dm.ck, draft_path);
     start_compute(1);
-    start_model(&m, 16, CACHE_FP32, 1);
-    start_model(&dm, 16, CACHE_FP32, 0);
+    start_model(&m, 16, 0, CACHE_FP32, 1);
+    start_model(&dm, 16, 0, CACHE_FP32, 0);
     int vocab = target.vocab;
     Decoder plain = {0}, speculative = {.draft = &dm, .max_draft = 3};
     speculative.logits = malloc(4 * vocab * sizeof(float));
@@ -2177,10 +2179,10 @@ static void test_draft_stops_when_unsure(void) {
     Model dm;
     open_checkpoint(&dm.ck, "demo/draft.bin");
     start_compute(1);
-    start_model(&dm, 256, CACHE_FP32, 0);
+    start_model(&dm, 256, 0, CACHE_FP32, 0);
     int vocab = dm.ck.config.vocab_size;
     RunState replay;
-    init_run_state(&replay, &dm.ck.config, 256, CACHE_FP32);
+    init_run_state(&replay, &dm.ck.config, 256, 0, CACHE_FP32);
     Sampler greedy = {vocab, 0.0f, 0.9f, 1, malloc(vocab * sizeof(ProbIndex)), softmax};
     Decoder d = {.draft = &dm, .max_draft = LIMIT};
     d.draft_probs = malloc((size_t)LIMIT * vocab * sizeof(float));
@@ -2303,7 +2305,7 @@ static double check_shifted_cache(const char *what, Model *m, const int *tokens,
     int n_pos = m->state.n_pos, head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
     int int8 = keys->q != NULL;
     RunState fresh;
-    init_run_state(&fresh, c, n_pos, int8 ? CACHE_INT8 : CACHE_FP32);
+    init_run_state(&fresh, c, n_pos, 0, int8 ? CACHE_INT8 : CACHE_FP32);
     for (int i = 0; i < rows; i++) forward(&m->ck, &fresh, tokens[i], i);
     double ulp = nextafterf((float)n_pos, INFINITY) - (float)n_pos;
     double bound = 1.5 * ulp + 3 * 4.0 * FLT_EPSILON, worst = 0, layer1 = 0;
@@ -2406,8 +2408,8 @@ static void test_context_shift(void) {
             Model m, dm;
             open_checkpoint(&m.ck, target_path);
             open_checkpoint(&dm.ck, draft_path);
-            start_model(&m, CONTEXT, (CacheType)cache, 1);
-            start_model(&dm, CONTEXT, (CacheType)cache, 0);
+            start_model(&m, CONTEXT, 0, (CacheType)cache, 1);
+            start_model(&dm, CONTEXT, 0, (CacheType)cache, 0);
             int vocab = target.vocab;
             Decoder plain = {0}, drafted = {.draft = &dm, .max_draft = 3};
             drafted.logits = malloc(4 * vocab * sizeof(float));
@@ -2556,7 +2558,7 @@ static void test_perplexity_mode(const char *tokenizer) {
     for (int w = 0; w < 3; w++) {
         int window = windows[w], chunk = window - 1;
         RunState s;
-        init_run_state(&s, &ck.config, window, CACHE_FP32);
+        init_run_state(&s, &ck.config, window, 0, CACHE_FP32);
         long double total = 0;
         for (int start = 0; start < N_TEXT; start += chunk) {
             for (int p = 0; p < chunk && start + p < N_TEXT; p++) {

@@ -250,7 +250,7 @@ static void exercise_model(const uint8_t *data, size_t size) {
     Batch b;
     /* both KV caches, picked by the input's length: the int8 one quantizes
        whatever the model computes (NaN, infinities) */
-    init_run_state(&s, c, c->seq_len, size % 2 ? CACHE_INT8 : CACHE_FP32);
+    init_run_state(&s, c, c->seq_len, 0, size % 2 ? CACHE_INT8 : CACHE_FP32);
     init_batch(&b, c, &s, 1, 0);
     Sampler sampler = {c->vocab_size, 1.0f, 0.9f, 42, xmalloc((size_t)c->vocab_size * sizeof(ProbIndex)), softmax};
     int tokens[3] = {BOS_ID, 0, 0};
