@@ -4485,13 +4485,12 @@ static int parse_request(const char *path, int line, const char *text, size_t le
     while (r.p < r.end && *r.p != '}') {
         if (*r.p != '"') json_error(&r, "expected a field name in quotes, found %s", json_type_at(&r));
         const char *key_at = r.p;
-        const char *key = json_string(&r, "a field name");
+        char *key = (char *)json_string(&r, "a field name");
         int f = 0;
         while (f < 7 && strcmp(key, fields[f]) != 0) f++;
-        r.p = key_at;
-        if (f == 7) json_error(&r, "unknown field \"%.40s\" (prompt, id, n, temperature, topp, seed, system)", key);
-        if (seen[f]++) json_error(&r, "\"%s\" appears twice", fields[f]);
-        json_string(&r, "a field name");
+        if (f == 7) r.p = key_at, json_error(&r, "unknown field \"%.40s\" (prompt, id, n, temperature, topp, seed, system)", key);
+        if (seen[f]++) r.p = key_at, json_error(&r, "\"%s\" appears twice", fields[f]);
+        r.out = key; /* the name is known: its room is free again */
         json_space(&r);
         if (r.p == r.end || *r.p != ':') json_error(&r, "expected ':' after \"%s\"", fields[f]);
         r.p++;
@@ -4520,7 +4519,9 @@ static int parse_request(const char *path, int line, const char *text, size_t le
             r.p++;
             json_space(&r);
             if (r.p < r.end && *r.p == '}') json_error(&r, "a ',' before '}'");
-        } else if (r.p == r.end || *r.p != '}') {
+        } else if (r.p == r.end) {
+            json_error(&r, "the object does not end ('}')");
+        } else if (*r.p != '}') {
             json_error(&r, "expected ',' or '}' after %s", field);
         }
     }

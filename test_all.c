@@ -8,7 +8,7 @@
    After the helpers, the tests in sections by subject, in the order main()
    runs them: math blocks, checkpoints, tokenizers, sampler, kernel sets and
    batching, modes (generate, chat, speculative decoding, context shift,
-   perplexity, tokenize), command line, robustness. A regression test says
+   perplexity, tokenize, batch), command line, robustness. A regression test says
    where it came from: a fuzzer finding or a code audit. */
 
 #define main run_main
@@ -573,6 +573,26 @@ static KVCache cache_of(const float *rows, int n_keys, int kv_dim, int head_size
         cache.scale = calloc((size_t)n_keys * cache.n_kv_heads, sizeof(float));
     } else {
         cache.f32 = calloc((size_t)n_keys * kv_dim, sizeof(float));
+    }
+    for (int t = 0; t < n_keys; t++) cache_store(&cache, 0, t, rows + (size_t)t * kv_dim, quantize);
+    return cache;
+}
+
+/* The same rows in a paged cache (as batch mode's) of blocks of block_size
+   positions, the block table (room for n_keys / block_size + 1) in reverse
+   order, so that no block follows the one before it in memory. */
+static KVCache paged_cache_of(const float *rows, int n_keys, int kv_dim, int head_size, int int8, int block_size,
+                              int *table) {
+    int n_blocks = (n_keys + block_size - 1) / block_size;
+    for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i;
+    KVCache cache = {.n_layers = 1, .n_kv_heads = kv_dim / head_size, .head_size = head_size, .block_size = block_size,
+                     .blocks = table};
+    size_t slots = (size_t)n_blocks * block_size;
+    if (int8) {
+        cache.q = calloc(slots * kv_dim, 1);
+        cache.scale = calloc(slots * cache.n_kv_heads, sizeof(float));
+    } else {
+        cache.f32 = calloc(slots * kv_dim, sizeof(float));
     }
     for (int t = 0; t < n_keys; t++) cache_store(&cache, 0, t, rows + (size_t)t * kv_dim, quantize);
     return cache;
@@ -1657,6 +1677,18 @@ static void test_attention_block(void) {
             check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
                   "%s attention_block (%s cache, head size %d, %d tokens from position %d, %d heads) differs from "
                   "attention_head", kernels->name, int8 ? "int8" : "fp32", hs, n_tokens, pos, n_heads);
+            /* the same over a paged cache (batch mode's), with blocks of 32 and of 5 positions */
+            for (int block_size = 32; block_size >= 5; block_size = block_size == 32 ? 5 : 0) {
+                int *table = malloc(((size_t)n_keys / block_size + 1) * sizeof(int));
+                KVCache pk = paged_cache_of(keys, n_keys, kv_dim, hs, int8, block_size, table);
+                KVCache pv = paged_cache_of(values, n_keys, kv_dim, hs, int8, block_size, table);
+                memset(block, 0, (size_t)n_tokens * dim * sizeof(float));
+                kernels->attention_block(block, q, n_tokens, dim, pos, &pk, &pv, 0, 0, att, n_keys, row, n_heads);
+                check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
+                      "%s attention_block over blocks of %d positions (%s cache, head size %d, %d tokens from position "
+                      "%d) differs from attention_head", kernels->name, block_size, int8 ? "int8" : "fp32", hs, n_tokens, pos);
+                free_kv_cache(&pk), free_kv_cache(&pv), free(table);
+            }
             free_kv_cache(&kc), free_kv_cache(&vc);
         }
         free(q), free(keys), free(values), free(att), free(plain), free(block), free(row);
@@ -2601,6 +2633,414 @@ static void test_tokenize_mode(const char *model, const char *tokenizer) {
 }
 
 /* ------------------------------------------------------------------------- */
+/* Modes: batch                                                               */
+
+/* The JSON reader on lines whose meaning RFC 8259 fixes: escapes, surrogate
+   pairs, UTF-8 as it is, numbers, white space; the defaults fill what a line
+   leaves out; a blank line is no request. */
+static void test_json_reader(void) {
+    Request defaults = {.n = 7, .seed = 3, .temperature = 0.5f, .topp = 0.25f}, q;
+    char out[512];
+    const char *line = " {\"prompt\" : \"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\u20AC\\ud83d\\ude00 \xc3\xa9\xe2\x82\xac\" ,"
+                       "\"n\":12,\"temperature\":1.5e0,\"topp\":0,\"seed\":9007199254740993,\"id\":\"q\\u0031\","
+                       "\"system\":\"\"}\r";
+    int ok = parse_request("test", 4, line, strlen(line), out, &q, &defaults);
+    const char *want = "a\"b\\c/d\b\f\n\r\t\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 \xc3\xa9\xe2\x82\xac";
+    check(ok && strcmp(q.prompt, want) == 0 && q.n == 12 && q.temperature == 1.5f && q.topp == 0 &&
+              q.seed == 9007199254740993LL && q.has_id && q.id && strcmp(q.id, "q1") == 0 && q.system &&
+              q.system[0] == '\0' && q.line == 4,
+          "JSON reader: every escape, a surrogate pair, raw UTF-8, numbers, an id string, an empty system");
+    line = "{\"id\": -17, \"prompt\": \"\"}";
+    ok = parse_request("test", 1, line, strlen(line), out, &q, &defaults);
+    check(ok && q.has_id && !q.id && q.id_number == -17 && q.prompt[0] == '\0' && q.n == 7 && q.seed == 3 &&
+              q.temperature == 0.5f && q.topp == 0.25f && !q.system,
+          "JSON reader: an integer id; the fields left out are the command line's");
+    check(parse_request("test", 2, " \t\r", 3, out, &q, &defaults) == 0 && parse_request("test", 3, "", 0, out, &q, &defaults) == 0,
+          "JSON reader: a blank line is not a request");
+}
+
+/* The JSON writer against RFC 8259 by hand: quotes, backslashes and control
+   characters escaped, UTF-8 as it is, and a byte that is not UTF-8 as
+   \udcXX (Python's surrogateescape). */
+static void test_json_writer(void) {
+    const char text[] = "a\"b\\c\n\t\r\x01\x1f\x7f \xc3\xa9 \xf0\x9f\x98\x80 \xe2\x82 \xff/";
+    char *written;
+    size_t n;
+    FILE *f = open_memstream(&written, &n);
+    json_write_string(f, text, sizeof text - 1);
+    fclose(f);
+    const char *want = "\"a\\\"b\\\\c\\n\\t\\r\\u0001\\u001f\x7f \xc3\xa9 \xf0\x9f\x98\x80 \\udce2\\udc82 \\udcff/\"";
+    check(strcmp(written, want) == 0, "JSON writer: %s, want %s", written, want);
+    free(written);
+}
+
+/* A line the reader refuses stops the run before the first token: exit 1,
+   nothing on stdout, one line on stderr that names the file's line and the
+   field (or what is wrong there). */
+static void test_batch_bad_lines(const char *model, const char *tokenizer) {
+    static const char *bad[][2] = {
+        {"{\"prompt\": \"1\", \"temp\": 1}", "unknown field \"temp\""},
+        {"{\"prompt\": 5}", "\"prompt\": expected a string, found a number"},
+        {"{\"prompt\": null}", "\"prompt\": expected a string, found null"},
+        {"{\"prompt\": \"1\", \"n\": 1.5}", "\"n\": expected an integer"},
+        {"{\"prompt\": \"1\", \"n\": -1}", "\"n\": -1 is out of range"},
+        {"{\"prompt\": \"1\", \"seed\": 1e3}", "\"seed\": expected an integer"},
+        {"{\"prompt\": \"1\", \"seed\": 99999999999999999999}", "\"seed\": 99999999999999999999 is out of range"},
+        {"{\"prompt\": \"1\", \"topp\": 2}", "\"topp\": 2 is out of range"},
+        {"{\"prompt\": \"1\", \"temperature\": \"1\"}", "\"temperature\": expected a number, found a string"},
+        {"{\"prompt\": \"1\", \"temperature\": 1e999}", "\"temperature\": 1e999 is out of range"},
+        {"{\"prompt\": \"1\", \"temperature\": 01}", "expected ',' or '}' after \"temperature\""},
+        {"{\"prompt\": \"1\", \"temperature\": .5}", "\"temperature\": expected a number"},
+        {"{\"prompt\": \"1\", \"temperature\": 1.}", "a digit must follow the decimal point"},
+        {"{\"prompt\": \"1\", \"id\": [1]}", "\"id\": expected a string or an integer, found an array"},
+        {"{\"prompt\": \"1\", \"system\": true}", "\"system\": expected a string, found true or false"},
+        {"{\"prompt\": \"1\"", "the object does not end"},
+        {"{\"prompt\": \"1\",}", "a ',' before '}'"},
+        {"{\"prompt\": \"1\" \"n\": 1}", "expected ',' or '}' after \"prompt\""},
+        {"{\"prompt\" \"1\"}", "expected ':' after \"prompt\""},
+        {"{prompt: \"1\"}", "expected a field name in quotes"},
+        {"[\"1\"]", "expected a JSON object"},
+        {"\"1\"", "expected a JSON object"},
+        {"{\"prompt\": \"1\"} {}", "more after the object"},
+        {"{\"prompt\": \"1\", \"prompt\": \"2\"}", "\"prompt\" appears twice"},
+        {"{\"n\": 3}", "no \"prompt\""},
+        {"{}", "no \"prompt\""},
+        {"{\"prompt\": \"1\x01\"}", "\"prompt\": a control character (0x01) must be escaped"},
+        {"{\"prompt\": \"1\\q\"}", "\"prompt\": unknown escape '\\q'"},
+        {"{\"prompt\": \"1\\u12\"}", "\\u needs four hex digits"},
+        {"{\"prompt\": \"\\ud800\"}", "without its second half"},
+        {"{\"prompt\": \"\\ud800\\u0041\"}", "must be followed by a low surrogate"},
+        {"{\"prompt\": \"\\udc00\"}", "without its first half"},
+        {"{\"prompt\": \"\\u0000\"}", "\\u0000"},
+        {"{\"prompt\": \"\xff\"}", "\"prompt\": bytes that are not UTF-8"},
+        {"{\"prompt\": \"\xc0\xaf\"}", "\"prompt\": bytes that are not UTF-8"},
+        {"{\"prompt\": \"\xed\xa0\x80\"}", "\"prompt\": bytes that are not UTF-8"},
+        {"{\"prompt\": \"1", "\"prompt\": the string does not end"},
+        {"{\"prompt\": \"1\\", "\"prompt\": the string does not end"},
+        {"{\"pr\\u006fmpt\": \"1\", \"bogus\\u0000\": 1}", "a field name: \\u0000"},
+        {"{\"pr\\u006fmpt\": \"1\", \"b\\u00e9\": 1}", "unknown field \"b\xc3\xa9\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"prompt\": \" 3 4\", \"n\": 2}\n%s\n", bad[i][0]);
+        char *path = write_temp(text, strlen(text));
+        RunResult r;
+        run_args(&r, NULL, model, "-z", tokenizer, "-m", "batch", "-f", path, NULL);
+        check(r.status == 1 && r.out[0] == '\0' && single_line(r.err) && strstr(r.err, path) &&
+                  strstr(r.err, "line 2") && strstr(r.err, bad[i][1]),
+              "batch line %s: want exit 1, no output and one line naming line 2 and '%s', got %d: %s%s", bad[i][0],
+              bad[i][1], r.status, r.out, r.err);
+        unlink(path), free(path);
+    }
+}
+
+/* The decoded "text" of one result line (an \\udcXX escape is the byte XX);
+   NULL if the line has none. */
+static char *result_text(const char *line, size_t *len) {
+    const char *p = strstr(line, "\"text\":\"");
+    if (!p) return NULL;
+    char *out = malloc(strlen(p) + 1);
+    size_t n = 0;
+    for (p += 8; *p && *p != '"'; p++) {
+        if (*p != '\\') {
+            out[n++] = *p;
+            continue;
+        }
+        p++;
+        const char *plain = strchr("\"\\/bfnrt", *p);
+        if (*p != 'u') {
+            out[n++] = "\"\\/\b\f\n\r\t"[plain - "\"\\/bfnrt"];
+            continue;
+        }
+        unsigned cp = 0;
+        sscanf(p + 1, "%4x", &cp);
+        p += 4;
+        if (cp >= 0xDC80 && cp <= 0xDCFF) {
+            out[n++] = (char)(cp - 0xDC00);
+        } else if (cp >= 0xD800 && cp <= 0xDBFF) {
+            unsigned low = 0;
+            sscanf(p + 3, "%4x", &low);
+            p += 6;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            out[n++] = (char)(0xF0 | cp >> 18), out[n++] = (char)(0x80 | (cp >> 12 & 0x3F));
+            out[n++] = (char)(0x80 | (cp >> 6 & 0x3F)), out[n++] = (char)(0x80 | (cp & 0x3F));
+        } else if (cp >= 0x800) {
+            out[n++] = (char)(0xE0 | cp >> 12), out[n++] = (char)(0x80 | (cp >> 6 & 0x3F)), out[n++] = (char)(0x80 | (cp & 0x3F));
+        } else if (cp >= 0x80) {
+            out[n++] = (char)(0xC0 | cp >> 6), out[n++] = (char)(0x80 | (cp & 0x3F));
+        } else {
+            out[n++] = (char)cp;
+        }
+    }
+    out[n] = '\0';
+    *len = n;
+    return out;
+}
+
+/* The result line of request `id` (a number) in a batch's output, without its
+   newline (to be freed), or NULL. */
+static char *result_line(const char *out, int id) {
+    char key[32];
+    snprintf(key, sizeof key, "{\"id\":%d,", id);
+    const char *p = strstr(out, key);
+    if (!p || (p != out && p[-1] != '\n')) return NULL;
+    return strndup(p, strcspn(p, "\n"));
+}
+
+/* What generate prints of a prompt before its answer: its pieces after BOS. */
+static char *printed_prompt(const Tokenizer *tok, const char *prompt) {
+    int n, *ids = encode(tok, prompt, strlen(prompt), 1, 0, &n);
+    char *text;
+    size_t len;
+    FILE *f = open_memstream(&text, &len);
+    for (int i = 1; i < n; i++) {
+        int piece_len;
+        const char *piece = decode(tok, ids[i - 1], ids[i], &piece_len);
+        print_piece(tok, f, piece, piece_len);
+    }
+    fclose(f);
+    free(ids);
+    return text;
+}
+
+typedef struct {
+    char prompt[2048];
+    const char *system; /* NULL: none */
+    int n, seed;
+    float temperature, topp;
+} BatchPrompt;
+
+/* Random prompts of the tokenizer's words: a third of them start with the same
+   long run of words (a shared prefix), some have a system prompt; random n (0:
+   up to the context, 1: one token), temperature, top-p and seed. */
+static void random_batch(BatchPrompt *p, int count, const char *const *words, int n_words, int with_system) {
+    char common[1024] = "";
+    for (int i = 0; i < 30; i++) strcat(common, words[lcg_state % n_words]), lcg_uniform();
+    static const int ns[] = {0, 1, 2, 9, 30, 90};
+    static const float temperatures[] = {0, 0.7f, 1}, topps[] = {0.9f, 1, 0.3f};
+    for (int k = 0; k < count; k++) {
+        lcg_uniform();
+        int shared = lcg_state % 3 == 0, length = (int)(lcg_state >> 20) % 30;
+        snprintf(p[k].prompt, sizeof p[k].prompt, "%s", shared ? common : "");
+        if (shared) { /* a prefix of it, cut at any character */
+            size_t cut = (lcg_state >> 30) % strlen(common);
+            while (cut > 0 && (common[cut] & 0xC0) == 0x80) cut--;
+            p[k].prompt[cut] = '\0';
+        }
+        for (int i = 0; i < length; i++) lcg_uniform(), strcat(p[k].prompt, words[lcg_state % n_words]);
+        lcg_uniform();
+        p[k].n = ns[lcg_state % 6];
+        p[k].temperature = temperatures[(lcg_state >> 8) % 3];
+        p[k].topp = topps[(lcg_state >> 16) % 3];
+        p[k].seed = 1 + (int)((lcg_state >> 24) % 1000);
+        p[k].system = with_system && (lcg_state >> 40) % 5 == 0 ? ((lcg_state >> 44) % 2 ? "Be kind." : "") : NULL;
+        if (p[k].system && !p[k].prompt[0]) strcat(p[k].prompt, words[0]); /* chat reads an empty -i from stdin */
+    }
+}
+
+/* Batch mode against single runs: each answer is byte for byte what generate
+   (or chat, for a prompt with a system prompt) prints for that prompt alone
+   with the same settings: text that ends where the answer ends ("stop" or
+   n). Over random mixes with every kernel set the CPU has, fp32 and int8
+   weights and caches, random -b and -j, and a pool small enough that
+   sequences pause (checked: the summary line counts them) and shared prompt
+   starts (checked: it counts the positions taken from shared blocks). */
+static void batch_against_single_runs(const char *what, const char *const models[2], const char *tokenizer,
+                                      const char *const *words, int n_words, int with_system, int count) {
+    Tokenizer tok;
+    Checkpoint ck;
+    open_checkpoint(&ck, models[0]);
+    load_tokenizer(&tok, tokenizer, ck.config.vocab_size);
+    int seq_len = ck.config.seq_len;
+    close_checkpoint(&ck);
+    BatchPrompt *prompts = calloc(count, sizeof *prompts);
+    static RunResult batch_run, single;
+    int configs = 0, all_same = 1, paused_seen = 0, shared_seen = 0;
+    for (int set = 0; set < N_KERNEL_SETS; set++) {
+        if (!kernel_sets[set]->cpu_has()) continue;
+        setenv("RUN_KERNELS", kernel_sets[set]->name, 1);
+        for (int variant = 0; variant < 4; variant++) {
+            const char *model = models[variant / 2], *cache = variant % 2 ? "int8" : "fp32";
+            random_batch(prompts, count, words, n_words, with_system);
+            Buffer file = {0};
+            int longest = 0;
+            for (int k = 0; k < count; k++) {
+                char line[4096], escaped[2048];
+                size_t e = 0;
+                for (const char *c = prompts[k].prompt; *c; c++) {
+                    if (*c == '"' || *c == '\\') escaped[e++] = '\\';
+                    escaped[e++] = *c;
+                }
+                escaped[e] = '\0';
+                int n = snprintf(line, sizeof line, "{\"prompt\": \"%s\", \"n\": %d, \"temperature\": %g, \"topp\": %g, "
+                                 "\"seed\": %d%s%s%s}\n", escaped, prompts[k].n, prompts[k].temperature, prompts[k].topp,
+                                 prompts[k].seed, prompts[k].system ? ", \"system\": \"" : "",
+                                 prompts[k].system ? prompts[k].system : "", prompts[k].system ? "\"" : "");
+                put(&file, line, n);
+                TokenList ids = {0};
+                if (prompts[k].system) ids = chat_turn(&tok, 0, prompts[k].system, prompts[k].prompt, NULL);
+                else ids.ids = encode(&tok, prompts[k].prompt, strlen(prompts[k].prompt), 1, 0, &ids.n);
+                free(ids.ids);
+                int positions = prompts[k].n == 0 || ids.n + prompts[k].n - 1 > seq_len ? seq_len : ids.n + prompts[k].n - 1;
+                if (positions > longest) longest = positions;
+            }
+            put(&file, "", 1);
+            char *path = write_temp(file.data, file.n - 1);
+            lcg_uniform();
+            char b[8], j[8], x[16];
+            snprintf(b, sizeof b, "%d", 1 + (int)(lcg_state % 8));
+            snprintf(j, sizeof j, "%d", 1 + (int)((lcg_state >> 8) % 2));
+            /* the first variant of each set: a pool of the longest request and one block more, at -b 6 */
+            int small_pool = variant == 0;
+            if (small_pool) snprintf(b, sizeof b, "6");
+            snprintf(x, sizeof x, "%d", small_pool ? longest + KV_BLOCK : 0);
+            if (small_pool) run_args(&batch_run, NULL, model, "-z", tokenizer, "-m", "batch", "-f", path, "-b", b,
+                                     "-j", j, "-c", cache, "-x", x, NULL);
+            else run_args(&batch_run, NULL, model, "-z", tokenizer, "-m", "batch", "-f", path, "-b", b, "-j", j, "-c",
+                          cache, NULL);
+            const char *summary = strstr(batch_run.err, "batch: ") ? strstr(batch_run.err, " prompt tokens (") : NULL;
+            long shared = summary ? atol(summary + 16) : 0, paused = 0;
+            const char *p = strstr(batch_run.err, "paused ");
+            if (p) paused = atol(p + 7);
+            if (small_pool) paused_seen += paused > 0;
+            shared_seen += shared > 0;
+            configs++;
+            int same = batch_run.status == 0;
+            for (int k = 0; k < count && same; k++) {
+                const BatchPrompt *q = &prompts[k];
+                char *line = result_line(batch_run.out, k + 1);
+                size_t len;
+                char *text = line ? result_text(line, &len) : NULL;
+                int n_prompt = line && strstr(line, "\"prompt_tokens\":") ? atoi(strstr(line, "\"prompt_tokens\":") + 16) : 0;
+                int stopped = line && strstr(line, "\"finish_reason\":\"stop\"");
+                char steps[16], t[16], topp[16], seed[16];
+                snprintf(t, sizeof t, "%g", q->temperature), snprintf(topp, sizeof topp, "%g", q->topp);
+                snprintf(seed, sizeof seed, "%d", q->seed);
+                if (!text) {
+                    same = 0;
+                } else if (q->system) { /* chat: "Assistant: ", the answer, "\n", then "User: " and "\n" at the end of stdin */
+                    run_args(&single, NULL, model, "-z", tokenizer, "-m", "chat", "-y", q->system, "-i", q->prompt, "-n",
+                             "0", "-t", t, "-p", topp, "-s", seed, "-c", cache, NULL);
+                    const char *answer = single.out + 11;
+                    same = strncmp(single.out, "Assistant: ", 11) == 0 && strncmp(answer, text, len) == 0 &&
+                           (!stopped || strcmp(answer + len, "\nUser: \n") == 0);
+
+                } else { /* generate with -n n_prompt - 1 + n: the prompt's pieces, the answer, "\n" */
+                    snprintf(steps, sizeof steps, "%d", q->n == 0 ? 0 : n_prompt - 1 + q->n);
+                    run_args(&single, NULL, model, "-z", tokenizer, "-n", steps, "-t", t, "-p", topp, "-s", seed,
+                             "-c", cache, "-i", q->prompt, NULL);
+                    char *head = printed_prompt(&tok, q->prompt);
+                    size_t head_len = strlen(head);
+                    same = strlen(single.out) == head_len + len + 1 && strncmp(single.out, head, head_len) == 0 &&
+                           memcmp(single.out + head_len, text, len) == 0 && single.out[head_len + len] == '\n';
+                    free(head);
+                }
+                if (!same)
+                    printf("  %s, %s kernels, %s weights, %s cache, -b %s: prompt %d (%s; system %s) differs:\n  batch:  %s\n  alone: %s\n",
+                           what, kernel_sets[set]->name, variant / 2 ? "int8" : "fp32", cache, b, k + 1, q->prompt,
+                           q->system ? q->system : "none",
+                           line ? line : "(no result)", single.out);
+                free(text), free(line);
+            }
+            if (batch_run.status != 0) printf("  %s: batch run failed: %s\n", what, batch_run.err);
+            all_same &= same;
+            unlink(path), free(path), free(file.data);
+        }
+    }
+    unsetenv("RUN_KERNELS");
+    check(all_same && configs > 0, "%s: batch answers are single runs' byte for byte (%d configurations)", what, configs);
+    check(paused_seen == configs / 4, "%s: a pool one block above the longest request pauses sequences (%d of %d)", what,
+          paused_seen, configs / 4);
+    check(shared_seen > 0, "%s: prompts with a common start share its blocks (%d of %d runs)", what, shared_seen, configs);
+    free(prompts);
+    free_tokenizer(&tok);
+}
+
+static void test_batch_invariance(const char *tokenizer) {
+    /* the tiny model (GQA) with a longer context, fp32 and int8 (group 8), and the digits tokenizer */
+    seek_random(7000001);
+    TinyModel m = tiny_model(1, 160);
+    Buffer v1 = write_checkpoint(&m, 1, 0, 0, 0), v2 = write_checkpoint(&m, 2, 8, 0, 0);
+    char *fp32 = write_temp(v1.data, v1.n), *int8 = write_temp(v2.data, v2.n);
+    static const char *const digits[] = {" 3", " 4", " 5", " 6", " 7", " 8", " 9", " 10", " 11", " 12", " 13", " 14", " 25", " 39"};
+    const char *tiny[2] = {fp32, int8};
+    batch_against_single_runs("tiny model", tiny, tokenizer, digits, 14, 0, 12);
+    /* a pool smaller than one request: refused before the first token */
+    static RunResult r;
+    const char *request = "{\"prompt\": \" 3\", \"n\": 100}\n";
+    char *path = write_temp(request, strlen(request));
+    run_args(&r, NULL, fp32, "-z", tokenizer, "-m", "batch", "-f", path, "-x", "40", NULL);
+    check(r.status == 1 && r.out[0] == '\0' && single_line(r.err) &&
+              strstr(r.err, "-x 40: the KV pool must hold the longest request's 128 positions"),
+          "-x smaller than the longest request (101 positions, 4 blocks): %d %s", r.status, r.err);
+    unlink(path), free(path);
+    unlink(fp32), unlink(int8), free(fp32), free(int8), free(v1.data), free(v2.data);
+    free_tiny(&m);
+    if (!have_shared()) {
+        skip("batch mode on stories260K: ../shared is missing");
+        return;
+    }
+    char m260[4096], q80[4096], tok512[4096];
+    snprintf(m260, sizeof m260, "%s/models/stories260K.bin", shared_dir());
+    snprintf(q80, sizeof q80, "%s/models/stories260K_q80.bin", shared_dir());
+    snprintf(tok512, sizeof tok512, "%s/models/aidreams_tok512.bin", shared_dir());
+    static const char *const words[] = {" Once", " upon", " a", " time", " there", " was", " little", " girl", " named",
+                                        " Lily", " she", " liked", " to", " play", " in", " the", " park", " dog", ".",
+                                        " \"Hi!\"", " caf\xc3\xa9"};
+    const char *stories[2] = {m260, q80};
+    batch_against_single_runs("stories260K", stories, tok512, words, 21, 1, 14);
+}
+
+/* The mode's edges: results as prompts finish, from stdin; a prompt longer
+   than the context is an error result of its own while the others complete;
+   ids echoed; the flags that make no sense with batch mode refused. */
+static void test_batch_mode(const char *model, const char *tokenizer) {
+    static RunResult r;
+    char long_prompt[256] = "";
+    for (int i = 0; i < 40; i++) strcat(long_prompt, " 7");
+    char input[1024];
+    snprintf(input, sizeof input, "{\"prompt\": \" 3 4\", \"n\": 5, \"temperature\": 0}\n"
+                                  "{\"prompt\": \"%s\", \"id\": \"long \\\"one\\\"\"}\n\n"
+                                  "{\"id\": 77, \"prompt\": \" 5\", \"n\": 3}\n", long_prompt);
+    run_args(&r, input, model, "-z", tokenizer, "-m", "batch", "-f", "-", "-s", "5", NULL);
+    const char *too_long = strstr(r.out, "{\"id\":\"long \\\"one\\\"\",");
+    int lines = 0;
+    for (const char *c = r.out; *c; c++) lines += *c == '\n';
+    check(r.status == 0 && lines == 3 && too_long && strstr(too_long, "\"completion_tokens\":0,\"finish_reason\":\"error\","
+          "\"error\":\"line 2: \\\"prompt\\\": ") && strstr(too_long, "tokens, more than the model's context (32)\"}\n") &&
+              strstr(r.out, "{\"id\":1,") && strstr(strstr(r.out, "{\"id\":1,"), "\"completion_tokens\":5,\"finish_reason\":\"length\"}") &&
+              strstr(r.out, "{\"id\":77,") && strstr(r.err, "batch: 3 prompts"),
+          "batch from stdin: three results, the long prompt an error of its own: %d %s%s", r.status, r.out, r.err);
+    static const char *refused[][3] = {
+        {"-d", "MODEL", "-d: not in batch mode"}, {"-l", "2", "-l: not in batch mode"}, {"-r", "1", "-r: not in batch mode"},
+        {"-i", " 3", "-i: -m batch reads its prompts from -f"},
+    };
+    char *path = write_temp("{\"prompt\": \" 3\"}\n", 16);
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const char *value = strcmp(refused[i][1], "MODEL") == 0 ? model : refused[i][1];
+        run_args(&r, NULL, model, "-z", tokenizer, "-m", "batch", "-f", path, refused[i][0], value, NULL);
+        check(r.status == 1 && r.out[0] == '\0' && single_line(r.err) && strstr(r.err, refused[i][2]),
+              "batch mode with %s %s: want exit 1 and '%s', got %d: %s", refused[i][0], refused[i][1], refused[i][2],
+              r.status, r.err);
+    }
+    static const char *flags[][6] = {
+        {"-m", "batch", "-n", "5", "-n", "5"}, /* no -f */
+        {"-b", "3", "-n", "5", "-n", "5"},     {"-x", "64", "-n", "5", "-n", "5"},
+        {"-m", "batch", "-f", "PATH", "-b", "0"}, {"-m", "batch", "-f", "PATH", "-b", "33"},
+    };
+    static const char *flag_errors[] = {"-m batch needs -f FILE", "-b: for -m batch only", "-x: for -m batch only",
+                                        "-b: 0 is out of range", "-b: 33 is out of range"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const char *v[6];
+        for (int k = 0; k < 6; k++) v[k] = strcmp(flags[i][k], "PATH") == 0 ? path : flags[i][k];
+        run_args(&r, NULL, model, "-z", tokenizer, v[0], v[1], v[2], v[3], v[4], v[5], NULL);
+        check(r.status == 1 && single_line(r.err) && strstr(r.err, flag_errors[i]) && strstr(r.err, "usage:"),
+              "%s %s %s %s: want '%s' with the usage hint, got %d: %s", v[0], v[1], v[4], v[5], flag_errors[i], r.status, r.err);
+    }
+    unlink(path), free(path);
+}
+
+/* ------------------------------------------------------------------------- */
 /* Command line: flags, their values and their errors                         */
 
 /* Bad values of the flags (the usage line), -c, RUN_KERNELS, and -h: it
@@ -2847,7 +3287,7 @@ int main(void) {
     test_kernel_instructions();
     test_threads_deterministic();
 
-    /* modes: generate, chat, speculative decoding, context shift, perplexity, tokenize */
+    /* modes: generate, chat, speculative decoding, context shift, perplexity, tokenize, batch */
     test_generate_limits(model, tokenizer);
     test_golden_files(run);
     test_llama3_chat(python);
@@ -2861,6 +3301,11 @@ int main(void) {
     test_one_position_context(model, tokenizer);
     test_perplexity_mode(tokenizer);
     test_tokenize_mode(model, tokenizer);
+    test_json_reader();
+    test_json_writer();
+    test_batch_bad_lines(model, tokenizer);
+    test_batch_mode(model, tokenizer);
+    test_batch_invariance(tokenizer);
 
     /* command line */
     test_flags(model, tokenizer);
