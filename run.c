@@ -3184,10 +3184,81 @@ matmul_q8_tokens_rows(float *out, size_t out_stride, float *out_t, Q8Tokens in, 
     transpose_tiles(out + begin, out_stride, out_t + (size_t)begin * width, width, end - begin, T);
 }
 
+
+/* Rows [row, row + 16) (fewer at the matrix's end: `rows`) for the tokens
+   [t0, t0 + TB) (TB a constant, at most 8), rows in lanes: per group, the 16
+   rows' weights are transposed so that a vector holds 4 bytes of each row, and
+   each token's 4 inputs (prepare_q8_vnni's slots) are broadcast against it.
+   The exact integer sums and, per row and token, the float steps of the plain
+   kernel. */
+static inline __attribute__((always_inline)) VNNI void
+q8_rows_block_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
+                   int row, int rows, int t0, int TB) {
+    int groups = n / group_size;
+    __mmask16 lanes = (__mmask16)((1u << rows) - 1);
+    __m512i row_index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(groups));
+    __m512 val[8];
+    for (int t = 0; t < TB; t++) val[t] = _mm512_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        __m512i acc[8];
+        for (int t = 0; t < TB; t++) acc[t] = _mm512_setzero_si512();
+        for (int j = g * group_size; j < (g + 1) * group_size; j += 64) {
+            __m512 columns[16]; /* 64 bytes of each row, then 4 bytes of every row each */
+            for (int r = 0; r < 16; r++) {
+                const int8_t *src = w->q + (size_t)(row + r) * n + j;
+                if (r < rows) prefetch(src, (size_t)16 * n); /* the next block's line */
+                columns[r] = r < rows ? _mm512_castsi512_ps(_mm512_loadu_si512(src)) : _mm512_setzero_ps();
+            }
+            transpose16(columns);
+            const int32_t *x = in.x + (size_t)(j / 4) * width + t0;
+            for (int c = 0; c < 16; c++, x += width) {
+                __m512i w_unsigned = _mm512_xor_si512(_mm512_castps_si512(columns[c]), _mm512_set1_epi8((char)0x80));
+                for (int t = 0; t < TB; t++) acc[t] = _mm512_dpbusd_epi32(acc[t], w_unsigned, _mm512_set1_epi32(x[t]));
+            }
+        }
+        __m512 ws = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, row_index,
+                                             w->scale + (size_t)row * groups + g, 4);
+        for (int t = 0; t < TB; t++) {
+            size_t at = (size_t)g * width + t0 + t;
+            __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t], _mm512_set1_epi32(in.bias[at])));
+            val[t] = _mm512_add_ps(val[t], _mm512_mul_ps(_mm512_mul_ps(ival, ws), _mm512_set1_ps(in.scale[at])));
+        }
+    }
+    for (int t = 0; t < TB; t++) _mm512_mask_storeu_ps(out + (size_t)(t0 + t) * out_stride + row, lanes, val[t]);
+}
+
+/* The batched int8 matmul for a few tokens (batch mode's steps): 16 rows at a
+   time in lanes, up to 8 tokens at a time. Group sizes a multiple of 64. */
+static VNNI void matmul_q8_rows_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n,
+                                     int group_size, int T, int begin, int end) {
+    int width = (T + 15) / 16 * 16;
+    for (int row = begin; row < end; row += 16) {
+        int rows = end - row < 16 ? end - row : 16;
+        for (int t0 = 0; t0 < T; t0 += 8) {
+            switch (T - t0 < 8 ? T - t0 : 8) {
+            case 1: q8_rows_block_vnni(out, out_stride, in, w, n, group_size, width, row, rows, t0, 1); break;
+            case 2: q8_rows_block_vnni(out, out_stride, in, w, n, group_size, width, row, rows, t0, 2); break;
+            case 3: q8_rows_block_vnni(out, out_stride, in, w, n, group_size, width, row, rows, t0, 3); break;
+            case 4: q8_rows_block_vnni(out, out_stride, in, w, n, group_size, width, row, rows, t0, 4); break;
+            case 5: q8_rows_block_vnni(out, out_stride, in, w, n, group_size, width, row, rows, t0, 5); break;
+            case 6: q8_rows_block_vnni(out, out_stride, in, w, n, group_size, width, row, rows, t0, 6); break;
+            case 7: q8_rows_block_vnni(out, out_stride, in, w, n, group_size, width, row, rows, t0, 7); break;
+            default: q8_rows_block_vnni(out, out_stride, in, w, n, group_size, width, row, rows, t0, 8); break;
+            }
+        }
+    }
+}
+
+#define Q8_ROWS_MAX_TOKENS 16
+
+/* Up to Q8_ROWS_MAX_TOKENS tokens (and group sizes a multiple of 64), rows in
+   lanes; more, one token per lane. */
 static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
                                        const Matrix *w, int n, int group_size, int T, int begin, int end) {
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
-    matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_vnni);
+    if (T <= Q8_ROWS_MAX_TOKENS && group_size % 64 == 0) matmul_q8_rows_vnni(out, out_stride, in, w, n, group_size, T, begin, end);
+    else matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_vnni);
 }
 
 static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float *out_t, const void *scratch,
@@ -4394,7 +4465,8 @@ static const char *json_string(JsonLine *r, const char *field) {
         char e = *r->p++;
         const char *plain = strchr("\"\\/bfnrt", e), *value = "\"\\/\b\f\n\r\t";
         if (e != 'u') {
-            if (!plain || !e) json_error(r, "%s: unknown escape '\\%c'", field, e);
+            if ((!plain || !e) && isgraph((unsigned char)e)) json_error(r, "%s: unknown escape '\\%c'", field, e);
+            if (!plain || !e) json_error(r, "%s: unknown escape: a backslash before byte 0x%02x", field, (unsigned char)e);
             *r->out++ = value[plain - "\"\\/bfnrt"];
             continue;
         }
@@ -4488,7 +4560,11 @@ static int parse_request(const char *path, int line, const char *text, size_t le
         char *key = (char *)json_string(&r, "a field name");
         int f = 0;
         while (f < 7 && strcmp(key, fields[f]) != 0) f++;
-        if (f == 7) r.p = key_at, json_error(&r, "unknown field \"%.40s\" (prompt, id, n, temperature, topp, seed, system)", key);
+        if (f == 7) { /* named as written (escapes and all), its first 40 bytes at most, whole characters */
+            int len = (int)(r.p - key_at) - 2;
+            if (len > 40) for (len = 40; ((unsigned char)key_at[1 + len] & 0xC0) == 0x80; len--) {}
+            r.p = key_at, json_error(&r, "unknown field \"%.*s\" (prompt, id, n, temperature, topp, seed, system)", len, key_at + 1);
+        }
         if (seen[f]++) r.p = key_at, json_error(&r, "\"%s\" appears twice", fields[f]);
         r.out = key; /* the name is known: its room is free again */
         json_space(&r);

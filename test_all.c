@@ -1565,11 +1565,11 @@ static void test_fast_matvec_q8(void) {
    per-token plain matvecs. */
 static void test_batched_matmul(void) {
     /* version 2 (int8, the smallest group size tested) and 1 (fp32): the batch's buffers are for one or the other */
-    Config c = {.dim = 96, .hidden_dim = 200, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 4,
+    Config c = {.dim = 96, .hidden_dim = 256, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 4,
                 .seq_len = 8, .version = 2, .group_size = 4, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     Config c_fp32 = c;
     c_fp32.version = 1;
-    int n_max = 200, d = 37;
+    int n_max = 256, d = 37;
     float *w = random_tensor((size_t)d * n_max, 1, 0), *x = random_tensor((size_t)MAX_BATCH * n_max, 1, 0);
     int8_t *wq = malloc((size_t)d * n_max), *xq = malloc(n_max);
     float *ws = random_tensor((size_t)d * n_max / 4, 0.01f, 0.02f), *xs = malloc(n_max / 4 * sizeof(float));
@@ -1578,7 +1578,7 @@ static void test_batched_matmul(void) {
     float *fast16 = calloc((size_t)MAX_BATCH * 16, sizeof(float));
     static const int batch[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, MAX_BATCH}; /* 2-8: the few-token paths */
     /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step */
-    static const int shapes[][2] = {{192, 0}, {192, 4}, {192, 32}, {192, 64}, {200, 0}, {200, 4}, {200, 8}};
+    static const int shapes[][2] = {{192, 0}, {192, 4}, {192, 32}, {192, 64}, {200, 0}, {200, 4}, {200, 8}, {256, 128}};
     for (int threads = 1; threads <= 2; threads++) {
         start_threads(threads);
         RunState s;
@@ -2718,7 +2718,10 @@ static void test_batch_bad_lines(const char *model, const char *tokenizer) {
         {"{\"prompt\": \"1", "\"prompt\": the string does not end"},
         {"{\"prompt\": \"1\\", "\"prompt\": the string does not end"},
         {"{\"pr\\u006fmpt\": \"1\", \"bogus\\u0000\": 1}", "a field name: \\u0000"},
-        {"{\"pr\\u006fmpt\": \"1\", \"b\\u00e9\": 1}", "unknown field \"b\xc3\xa9\""},
+        {"{\"pr\\u006fmpt\": \"1\", \"b\\u00e9\": 1}", "unknown field \"b\\u00e9\""},
+        /* from the fuzzer: a field name or an escape that put a newline or a control byte into the message */
+        {"{\"x\\n\": 1}", "unknown field \"x\\n\""},
+        {"{\"prompt\": \"\\\x0d\"}", "unknown escape: a backslash before byte 0x0d"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[256];

@@ -11,6 +11,9 @@
                         tokenizer.bin, ../shared's aidreams_tok512.bin and
                         Llama 3's (exported from ../shared into fuzz_corpus/),
                         then decode() and print_piece() of every id
+     -DFUZZ_BATCH       the input is a line of a batch file: parse_request(),
+                        and for an accepted line, the prompt written back as
+                        JSON and read again
 
    run.c is included whole, as test_all.c does. fail() longjmps to *fail_jump
    when it is set, so a rejected input comes back here, and the harness frees
@@ -419,6 +422,61 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------- */
+#elif defined(FUZZ_BATCH)
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    fuzz_stderr = stderr;
+    return 0;
+}
+
+/* The input is one line of a batch file. Refused: one message line naming the
+   file and the line. Accepted: the strings are UTF-8 without NUL, and writing
+   the prompt as JSON and reading that back gives the same bytes. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static const Request defaults = {.n = 256, .temperature = 1.0f, .topp = 0.9f};
+    char *decoded = malloc(size + 1), *again = NULL, *written = NULL;
+    Request q;
+    jmp_buf jump;
+    begin_capture();
+    if (setjmp(jump)) {
+        fail_jump = NULL;
+        end_capture();
+        check_rejection_message("-f fuzz.jsonl: line 1, column ");
+        free(decoded), free(again), free(written);
+        return 0;
+    }
+    fail_jump = &jump;
+    int accepted = parse_request("fuzz.jsonl", 1, (const char *)data, size, decoded, &q, &defaults);
+    if (accepted) {
+        const char *strings[] = {q.prompt, q.system, q.id};
+        for (int i = 0; i < 3; i++) {
+            if (!strings[i]) continue;
+            for (size_t at = 0, len = strlen(strings[i]); at < len;) {
+                int n = utf8_char_len((const unsigned char *)strings[i] + at, len - at);
+                if (n == 0) harness_abort("accepted a string that is not UTF-8");
+                at += n;
+            }
+        }
+        size_t written_len;
+        FILE *f = open_memstream(&written, &written_len);
+        fputs("{\"prompt\":", f);
+        json_write_string(f, q.prompt, strlen(q.prompt));
+        fputs("}", f);
+        fclose(f);
+        Request back;
+        again = malloc(written_len + 1);
+        if (!parse_request("fuzz.jsonl", 1, written, written_len, again, &back, &defaults) || strcmp(back.prompt, q.prompt) != 0)
+            harness_abort("the prompt written as JSON does not read back the same");
+    }
+    fail_jump = NULL;
+    end_capture();
+    if (err_text[0]) harness_abort("an accepted line wrote to stderr: %s", err_text);
+    free(decoded), free(again), free(written);
+    return 0;
+}
+
 #else
-#error "define one of FUZZ_CHECKPOINT, FUZZ_TOKENIZER, FUZZ_ENCODE"
+#error "define one of FUZZ_CHECKPOINT, FUZZ_TOKENIZER, FUZZ_ENCODE, FUZZ_BATCH"
 #endif

@@ -3,7 +3,7 @@
 
 Writes OUT/checkpoint, OUT/tokenizer and OUT/encode from the shared models,
 tokenizers and tokenizer cases, plus small generated files (tiny checkpoints of
-every layout, cut and damaged copies). Standard library only; deterministic."""
+every layout, cut and damaged copies), and OUT/batch: lines of batch files. Standard library only; deterministic."""
 
 import json
 import os
@@ -87,7 +87,7 @@ def with_vocab(data, vocab):
 
 def main():
     shared, out = sys.argv[1], sys.argv[2]
-    ck_dir, tok_dir, enc_dir = (os.path.join(out, d) for d in ("checkpoint", "tokenizer", "encode"))
+    ck_dir, tok_dir, enc_dir, batch_dir = (os.path.join(out, d) for d in ("checkpoint", "tokenizer", "encode", "batch"))
 
     # checkpoints: the shared models, tiny ones of every layout, damaged copies
     models = os.path.join(shared, "models")
@@ -157,6 +157,19 @@ def main():
            b"\xc0\xaf", b"<s></s><unk><0x41>", b"\x00a\x00", b"Once upon a time " * 20, "日本語テキスト".encode()]
     for i, text in enumerate(odd):
         write(enc_dir, "odd%02d" % i, text)
+
+    # batch lines: every field, escapes, and the cases' texts as prompts
+    lines = [b'{"prompt": "Once upon a time"}',
+             b'{"id": "a\\"b", "prompt": "x\\n\\u00e9\\ud83d\\ude00", "n": 0, "temperature": 0.7, "topp": 1e-1, '
+             b'"seed": 42, "system": ""}',
+             b' { "id" : -3 , "prompt" : "" } \r', b'{"prompt": "1", "n": 1.5}', b'{"prompt": "\\ud800"}', b'[]', b'']
+    if os.path.exists(cases):
+        with open(cases, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if i % 10 == 0:
+                    lines.append(json.dumps({"prompt": json.loads(line)["text"], "n": i}).encode())
+    for i, line in enumerate(lines):
+        write(batch_dir, "line%02d" % i, line)
 
 
 if __name__ == "__main__":
