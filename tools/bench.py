@@ -51,8 +51,14 @@ them the largest peak RSS, the file, the cache (2048 positions) and the memory
 limit (file + cache + 16 MB); last, the two caches in one process over one
 mapping of the weights, taking turns token by token (PAIRED_DECODE_C).
 
-usage: python3 tools/bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only]
+Batch mode (batch_bench()): the int8 stories110M and 1.1B shapes (--quick: the
+first only), 64 prompts of about 100 tokens with 128 generated each, at -b 1,
+4, 8 and 16 on 2 threads: generated tok/s of the whole run, against -b 1 and
+against generate's decode speed, and peak RSS beside the file and the KV pool.
+
+usage: python3 tools/bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only] [--batch-only]
   --quick         only the two small shapes
+  --batch-only    only the batch mode table, with each KV cache (-c fp32, -c int8)
   --long          also the 1.1B shape near position 2000 (above)
   --long-only     only that
   --kernels SET   run every ./run row with RUN_KERNELS=SET (plain, sse, avx2,
@@ -132,6 +138,60 @@ def run(model, threads, prompt, steps, kernels=None, fatal=True, extra=(), token
 
 
 last_acceptance = None  # of the last run() with a draft: accepted / drafted
+
+
+BATCH_SIZES = (1, 4, 8, 16)
+BATCH_PROMPTS, BATCH_WORDS, BATCH_NEW = 64, 95, 128
+
+
+def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32"):
+    """Batch mode: 64 prompts of about 100 tokens (BOS and 95 words of a small
+    list, each prompt its own), 128 generated tokens each, greedy, 2 threads, at
+    -b 1, 4, 8 and 16, the int8 weights of each shape: the generated tokens per
+    second of the whole run (prompts included, ./run's summary line) and its
+    peak RSS beside the file, the KV pool (-b sequences of the longest request)
+    and the limit (file plus pool, plus 5%). Beside them the ratio to -b 1 and to
+    generate's single-stream decode speed (a one-word prompt, 128 tokens; the
+    best of three runs)."""
+    import json
+    import random
+    rng = random.Random(25)
+    words = ("the a cat dog sat on mat ran far away house tree big small red blue green happy sad day night sun "
+             "moon star sky water fire earth wind").split()
+    path = os.path.join(CACHE, "batch_prompts.jsonl")
+    with open(path, "w") as f:
+        for _ in range(BATCH_PROMPTS):
+            f.write(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(BATCH_WORDS)), "n": BATCH_NEW}) + "\n")
+    threads = 2
+    print(f"batch mode: {BATCH_PROMPTS} prompts of {BATCH_WORDS + 1} tokens, {BATCH_NEW} generated each, greedy, "
+          f"{threads} threads, -c {cache}:")
+    print(f"  {'shape':<16} {'-b':>3} {'tok/s':>8} {'x -b 1':>7} {'x generate':>11} {'peak RSS MB':>12} {'file MB':>8}"
+          f" {'pool MB':>8} {'limit MB':>9}")
+    for name, args, _ in SHAPES:
+        if name not in shapes:
+            continue
+        _, int8 = models(name, args)
+        single = max(run(int8, threads, "Once", BATCH_NEW, kernels)[1] for _ in range(3))
+        dim, _, layers, heads, kv_heads = (int(a) for a in args.split()[:5])
+        position_bytes = 2 * layers * (dim // heads * kv_heads) * (4 if cache == "fp32" else 1 + 4 / (dim // heads))
+        first = None
+        for b in BATCH_SIZES:
+            cmd = [RUN, int8, "-z", TOKENIZER, "-m", "batch", "-f", path, "-b", str(b), "-j", str(threads), "-t", "0",
+                   "-c", cache]
+            env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+            err = p.stderr.read().decode()
+            _, status, usage = os.wait4(p.pid, 0)
+            m = re.search(r"generated in [\d.]+ s, ([\d.]+) tok/s; -b \d+, KV pool (\d+) positions", err)
+            if status != 0 or not m:
+                sys.exit(f"bench: {' '.join(cmd)} failed: {err.strip()}")
+            rate, pool_positions = float(m.group(1)), int(m.group(2))
+            first = first or rate
+            size = os.path.getsize(int8) / 2**20
+            pool = pool_positions * position_bytes / 2**20
+            print(f"  {name:<16} {b:>3} {rate:>8.1f} {rate / first:>7.2f} {rate / single:>11.2f}"
+                  f" {usage.ru_maxrss / 1024:>12.1f} {size:>8.1f} {pool:>8.1f} {(size + pool) * 1.05:>9.1f}", flush=True)
+        print(f"  ({name} int8, generate: {single:.1f} tok/s decode)")
 
 
 def speculative_bench(kernels):
@@ -309,6 +369,10 @@ def main():
     if compare_only:
         compare(prompt, kernels or "avx2")
         return
+    if "--batch-only" in sys.argv:
+        for cache in ("fp32", "int8"):
+            batch_bench(kernels, cache=cache)
+        return
     if kernels:
         print(f"./run with RUN_KERNELS={kernels}")
     cores = os.cpu_count() or 1
@@ -340,6 +404,7 @@ def main():
         print(f"{name:<16} {kind:<7} {threads:>7} {decode:>13.1f} {prefill:>14.1f} {rss:>12.1f} {size:>8.1f} {limit:>9.1f}")
     if long and not quick:
         long_context(cores, kernels)
+    batch_bench(kernels, ("stories110M",) if quick else ("stories110M", "TinyLlama-1.1B"))
     speculative_bench(kernels)
     demo_speculative_bench(kernels)
     compare(prompt, kernels or "avx2")
