@@ -176,7 +176,7 @@ typedef struct {
 } KVCache;
 
 /* Positions per block of batch mode's KV cache. */
-#define KV_BLOCK 32
+#define KV_BLOCK 64
 
 typedef struct {
     float *x;      /* residual stream [dim] */
@@ -4656,6 +4656,15 @@ static void free_block_pool(BlockPool *p) {
     free(p->refs), free(p->parent), free(p->tokens), free(p->freed_at);
 }
 
+/* Takes a block and the blocks after it out of the prefix table: their rows
+   were computed after its, which are about to change. (They are free: a
+   sequence that holds a block holds the one before it.) */
+static void forget_block(BlockPool *p, int block) {
+    p->parent[block] = -2;
+    for (int i = 0; i < p->n_blocks; i++)
+        if (p->parent[i] == block) forget_block(p, i);
+}
+
 /* A free block for new rows: one outside the prefix table if any, else the
    cached block free the longest, which leaves the table. -1: none. */
 static int take_block(BlockPool *p) {
@@ -4666,7 +4675,7 @@ static int take_block(BlockPool *p) {
         if (best < 0 || p->freed_at[i] < p->freed_at[best]) best = i;
     }
     if (best < 0) return -1;
-    p->parent[best] = -2;
+    forget_block(p, best);
     p->refs[best] = 1;
     p->n_free--;
     return best;
@@ -4870,7 +4879,7 @@ static void finish_sequence(Scheduler *sc, Sequence *seq, const char *reason, co
         json_write_string(stdout, error, strlen(error));
     }
     printf("}\n");
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) fail("stdout: %s (the results cannot be written)", strerror(errno));
     for (int i = 0; i < sc->n_running; i++)
         if (sc->running[i] == seq) {
             memmove(sc->running + i, sc->running + i + 1, (sc->n_running - i - 1) * sizeof *sc->running);
@@ -5033,6 +5042,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
             run_step(&sc, m, tok, T, logits);
             report_progress(sc.done, n_requests, sc.generated, seconds_now() - start, 0);
         }
+        if (sc.n_waiting > 0) fail("batch: %d prompts could not start (a fault of the scheduler)", sc.n_waiting);
         double seconds = seconds_now() - start;
         report_progress(sc.done, n_requests, sc.generated, seconds, 1);
         long prompt_tokens = 0;
