@@ -4558,10 +4558,18 @@ static int parse_request(const char *path, int line, const char *text, size_t le
         char *key = (char *)json_string(&r, "a field name");
         int f = 0;
         while (f < 7 && strcmp(key, fields[f]) != 0) f++;
-        if (f == 7) { /* named as written (escapes and all), its first 40 bytes at most, whole characters */
-            int len = (int)(r.p - key_at) - 2;
-            if (len > 40) for (len = 40; ((unsigned char)key_at[1 + len] & 0xC0) == 0x80; len--) {}
-            r.p = key_at, json_error(&r, "unknown field \"%.*s\" (prompt, id, n, temperature, topp, seed, system)", len, key_at + 1);
+        if (f == 7) { /* named as written, escapes and all, up to 40 characters; DEL and C1 controls as \u escapes */
+            char name[256];
+            size_t at = 0;
+            for (const char *c = key_at + 1; c < r.p - 1 && at < 40 * 6;) { /* 40 characters at most */
+                int len = utf8_char_len((const unsigned char *)c, (size_t)(r.p - 1 - c));
+                uint32_t cp = len == 1 ? (unsigned char)c[0] : len == 2 ? ((c[0] & 0x1Fu) << 6 | (c[1] & 0x3Fu)) : 0x100;
+                if (cp == 0x7F || (cp >= 0x80 && cp < 0xA0)) at += (size_t)snprintf(name + at, 7, "\\u%04x", (unsigned)cp);
+                else memcpy(name + at, c, len), at += len;
+                c += len;
+            }
+            name[at] = '\0';
+            r.p = key_at, json_error(&r, "unknown field \"%s\" (prompt, id, n, temperature, topp, seed, system)", name);
         }
         if (seen[f]++) r.p = key_at, json_error(&r, "\"%s\" appears twice", fields[f]);
         r.out = key; /* the name is known: its room is free again */
@@ -4717,6 +4725,7 @@ typedef struct {
     size_t text_len;
     FILE *text_out;
     long admitted;        /* the order of admission: the youngest is paused first */
+    int paused;           /* it has been paused (what it takes back from the prefix table is its own) */
     int planned;          /* tokens in this step */
 } Sequence;
 
@@ -4778,6 +4787,7 @@ static void pause_youngest(Scheduler *sc) {
     Sequence *seq = sc->running[--sc->n_running];
     release_sequence(&sc->pool, seq);
     seq->state = WAITING;
+    seq->paused = 1;
     memmove(sc->waiting + 1, sc->waiting, sc->n_waiting * sizeof *sc->waiting);
     sc->waiting[0] = seq;
     sc->n_waiting++;
@@ -4812,7 +4822,7 @@ static Sequence *admit(Scheduler *sc) {
         match_prefix(&sc->pool, seq, matched, 1, &idle);
         seq->computed = matched * KV_BLOCK;
         seq->in_table = matched;
-        sc->shared_tokens += seq->computed;
+        if (!seq->paused) sc->shared_tokens += seq->computed;
         memmove(sc->waiting + w, sc->waiting + w + 1, (sc->n_waiting - w - 1) * sizeof *sc->waiting);
         sc->n_waiting--;
         seq->state = RUNNING;
@@ -5006,23 +5016,28 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
         /* as generate with -n n_prompt - 1 + n: the answer ends where the context does */
         seq->max_new = c->seq_len + 1 - seq->n_prompt;
         if (q->n > 0 && q->n < seq->max_new) seq->max_new = (int)q->n;
-        if (seq->n_prompt > c->seq_len) {
-            char message[160];
-            snprintf(message, sizeof message, "line %d: \"prompt\": %d tokens, more than the model's context (%d)",
-                     q->line, seq->n_prompt, c->seq_len);
-            finish_sequence(&sc, seq, "error", message);
-        } else {
+        if (seq->n_prompt <= c->seq_len) {
             int positions = seq->n_prompt + seq->max_new - 1;
             if (positions > longest) longest = positions;
             sc.waiting[sc.n_waiting++] = seq;
         }
     }
+    /* the pool: by default, room for as many of the longest request as run at once */
+    int longest_blocks = (longest + KV_BLOCK - 1) / KV_BLOCK;
+    int at_once = sc.n_waiting < sc.max_running ? sc.n_waiting : sc.max_running;
+    long long pool_blocks = o->pool ? (o->pool + KV_BLOCK - 1) / KV_BLOCK : (long long)at_once * longest_blocks;
+    if (sc.n_waiting > 0 && pool_blocks < longest_blocks)
+        fail("-x %lld: the KV pool must hold the longest request's %d positions", o->pool, longest_blocks * KV_BLOCK);
+    if (pool_blocks > INT32_MAX / KV_BLOCK) fail("-x %lld: more positions than the pool can have", o->pool);
+    for (int i = 0; i < n_requests; i++) /* a prompt that cannot run: its error result now */
+        if (sc.seqs[i].n_prompt > c->seq_len) {
+            char message[160];
+            snprintf(message, sizeof message, "line %d: \"prompt\": %d tokens, more than the model's context (%d)",
+                     requests[i].line, sc.seqs[i].n_prompt, c->seq_len);
+            finish_sequence(&sc, &sc.seqs[i], "error", message);
+        }
+    double start = seconds_now();
     if (sc.n_waiting > 0) {
-        int longest_blocks = (longest + KV_BLOCK - 1) / KV_BLOCK;
-        long long pool_blocks = o->pool ? (o->pool + KV_BLOCK - 1) / KV_BLOCK : (long long)sc.max_running * longest_blocks;
-        if (pool_blocks < longest_blocks)
-            fail("-x %lld: the KV pool must hold the longest request's %d positions", o->pool, longest_blocks * KV_BLOCK);
-        if (pool_blocks > INT32_MAX / KV_BLOCK) fail("-x %lld: more positions than the pool can have", o->pool);
         SoftmaxFn fast_softmax = start_compute((int)o->threads);
         start_model(m, longest, (int)pool_blocks, o->cache, 1);
         init_block_pool(&sc.pool, (int)pool_blocks);
@@ -5037,25 +5052,24 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
             seq->keys.blocks = seq->values.blocks = seq->blocks;
         }
         float *logits = xmalloc((size_t)sc.max_running * c->vocab_size * sizeof(float)); /* a row per running sequence */
-        double start = seconds_now();
         for (int T; (T = plan_step(&sc)) > 0;) {
             run_step(&sc, m, tok, T, logits);
             report_progress(sc.done, n_requests, sc.generated, seconds_now() - start, 0);
         }
         if (sc.n_waiting > 0) fail("batch: %d prompts could not start (a fault of the scheduler)", sc.n_waiting);
-        double seconds = seconds_now() - start;
-        report_progress(sc.done, n_requests, sc.generated, seconds, 1);
-        long prompt_tokens = 0;
-        for (int i = 0; i < n_requests; i++) prompt_tokens += sc.seqs[i].n_prompt;
-        fprintf(stderr, "batch: %d prompts, %ld prompt tokens (%ld from shared blocks), %ld generated in %.2f s, "
-                "%.1f tok/s; -b %d, KV pool %d positions, paused %ld times\n", n_requests, prompt_tokens,
-                sc.shared_tokens, sc.generated, seconds, seconds > 0 ? sc.generated / seconds : 0.0, sc.max_running,
-                sc.pool.n_blocks * KV_BLOCK, sc.paused);
         free(logits), free(probindex);
         free_block_pool(&sc.pool);
         stop_model(m);
         stop_compute();
     }
+    double seconds = seconds_now() - start;
+    if (n_requests > 0) report_progress(sc.done, n_requests, sc.generated, seconds, 1);
+    long prompt_tokens = 0;
+    for (int i = 0; i < n_requests; i++) prompt_tokens += sc.seqs[i].n_prompt;
+    fprintf(stderr, "batch: %d prompts, %ld prompt tokens (%ld from shared blocks), %ld generated in %.2f s, "
+            "%.1f tok/s; -b %d, KV pool %lld positions, paused %ld times\n", n_requests, prompt_tokens,
+            sc.shared_tokens, sc.generated, seconds, seconds > 0 ? sc.generated / seconds : 0.0, sc.max_running,
+            (long long)sc.pool.n_blocks * KV_BLOCK, sc.paused);
     for (int i = 0; i < n_requests; i++) free(decoded[i]);
     free(decoded), free(requests), free(sc.seqs), free(sc.running), free(sc.waiting);
 }
@@ -5085,8 +5099,8 @@ static void usage(FILE *out) {
             "              or batch (-f: a JSON object per line, {\"prompt\": ...}; a JSON line per answer;\n"
             "              -n is each answer's most tokens, 0 = up to the context)\n"
             "  -b <int>    batch: sequences run at once, 1..%d, default %d\n"
-            "  -x <int>    batch: KV cache pool in positions, default -b times the longest request's\n"
-            "  -y <string> system prompt in chat mode\n"
+            "  -x <int>    batch: KV cache pool in positions, default the longest request's times -b (or the prompts)\n"
+            "  -y <string> system prompt in chat mode (batch: for the prompts without \"system\")\n"
             "  -j <int>    threads, >= 1, default: one per CPU core\n"
             "  -d <string> draft model for speculative decoding (same vocabulary)\n"
             "  -l <int>    speculative decoding drafted from the text: n-grams of up to this many tokens, 1..16\n"

@@ -2721,6 +2721,8 @@ static void test_batch_bad_lines(const char *model, const char *tokenizer) {
         {"{\"pr\\u006fmpt\": \"1\", \"b\\u00e9\": 1}", "unknown field \"b\\u00e9\""},
         /* from the fuzzer: a field name or an escape that put a newline or a control byte into the message */
         {"{\"x\\n\": 1}", "unknown field \"x\\n\""},
+        /* from a review: DEL and C1 controls, raw in a field name, went into the message as they were */
+        {"{\"a\x7f\xc2\x9b\": 1}", "unknown field \"a\\u007f\\u009b\""},
         {"{\"prompt\": \"\\\x0d\"}", "unknown escape: a backslash before byte 0x0d"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -2814,11 +2816,13 @@ typedef struct {
 } BatchPrompt;
 
 /* Random prompts of the tokenizer's words: a third of them start with the same
-   long run of words (a shared prefix), some have a system prompt; random n (0:
-   up to the context, 1: one token), temperature, top-p and seed. */
-static void random_batch(BatchPrompt *p, int count, const char *const *words, int n_words, int with_system) {
+   run of common_words words (a shared prefix, longer than a block), some have a
+   system prompt; random n (0: up to the context, 1: one token), temperature,
+   top-p and seed. */
+static void random_batch(BatchPrompt *p, int count, const char *const *words, int n_words, int with_system,
+                         int common_words) {
     char common[1024] = "";
-    for (int i = 0; i < 30; i++) strcat(common, words[lcg_state % n_words]), lcg_uniform();
+    for (int i = 0; i < common_words; i++) strcat(common, words[lcg_state % n_words]), lcg_uniform();
     static const int ns[] = {0, 1, 2, 9, 30, 90};
     static const float temperatures[] = {0, 0.7f, 1}, topps[] = {0.9f, 1, 0.3f};
     for (int k = 0; k < count; k++) {
@@ -2849,7 +2853,8 @@ static void random_batch(BatchPrompt *p, int count, const char *const *words, in
    sequences pause (checked: the summary line counts them) and shared prompt
    starts (checked: it counts the positions taken from shared blocks). */
 static void batch_against_single_runs(const char *what, const char *const models[2], const char *tokenizer,
-                                      const char *const *words, int n_words, int with_system, int count) {
+                                      const char *const *words, int n_words, int with_system, int common_words,
+                                      int count) {
     Tokenizer tok;
     Checkpoint ck;
     open_checkpoint(&ck, models[0]);
@@ -2864,7 +2869,9 @@ static void batch_against_single_runs(const char *what, const char *const models
         setenv("RUN_KERNELS", kernel_sets[set]->name, 1);
         for (int variant = 0; variant < 4; variant++) {
             const char *model = models[variant / 2], *cache = variant % 2 ? "int8" : "fp32";
-            random_batch(prompts, count, words, n_words, with_system);
+            random_batch(prompts, count, words, n_words, with_system, common_words);
+            if (variant == 0) /* the small pool's run: every answer may grow to the context */
+                for (int k = 0; k < count; k++) prompts[k].n = 0;
             Buffer file = {0};
             int longest = 0;
             for (int k = 0; k < count; k++) {
@@ -2967,7 +2974,7 @@ static void test_batch_invariance(const char *tokenizer) {
     char *fp32 = write_temp(v1.data, v1.n), *int8 = write_temp(v2.data, v2.n);
     static const char *const digits[] = {" 3", " 4", " 5", " 6", " 7", " 8", " 9", " 10", " 11", " 12", " 13", " 14", " 25", " 39"};
     const char *tiny[2] = {fp32, int8};
-    batch_against_single_runs("tiny model", tiny, tokenizer, digits, 14, 0, 12);
+    batch_against_single_runs("tiny model", tiny, tokenizer, digits, 14, 0, 80, 12);
     /* from a code audit: a block taken for new rows must take the blocks after
        it out of the prefix table. A = X Y Z fills the pool's 3 blocks; B = X'
        takes A's first block, the longest free, for its own first; C = X' Y ...
@@ -3012,7 +3019,10 @@ static void test_batch_invariance(const char *tokenizer) {
     }
     /* a pool smaller than one request: refused before the first token */
     static RunResult r;
-    const char *request = "{\"prompt\": \" 3\", \"n\": 100}\n";
+    /* (after a prompt longer than the context, whose error result must not be written either: from a review) */
+    char request[2048] = "{\"prompt\": \"";
+    for (int i = 0; i < 5 * KV_BLOCK; i++) strcat(request, " 7");
+    strcat(request, "\"}\n{\"prompt\": \" 3\", \"n\": 100}\n");
     char *path = write_temp(request, strlen(request));
     run_args(&r, NULL, fp32, "-z", tokenizer, "-m", "batch", "-f", path, "-x", "40", NULL);
     char want[128];
@@ -3035,7 +3045,7 @@ static void test_batch_invariance(const char *tokenizer) {
                                         " Lily", " she", " liked", " to", " play", " in", " the", " park", " dog", ".",
                                         " \"Hi!\"", " caf\xc3\xa9"};
     const char *stories[2] = {m260, q80};
-    batch_against_single_runs("stories260K", stories, tok512, words, 21, 1, 14);
+    batch_against_single_runs("stories260K", stories, tok512, words, 21, 1, 30, 14);
 }
 
 /* The mode's edges: results as prompts finish, from stdin; a prompt longer
@@ -3056,8 +3066,9 @@ static void test_batch_mode(const char *model, const char *tokenizer) {
     check(r.status == 0 && lines == 3 && too_long && strstr(too_long, "\"completion_tokens\":0,\"finish_reason\":\"error\","
           "\"error\":\"line 2: \\\"prompt\\\": ") && strstr(too_long, "tokens, more than the model's context (32)\"}\n") &&
               strstr(r.out, "{\"id\":1,") && strstr(strstr(r.out, "{\"id\":1,"), "\"completion_tokens\":5,\"finish_reason\":\"length\"}") &&
-              strstr(r.out, "{\"id\":77,") && strstr(r.err, "batch: 3 prompts"),
-          "batch from stdin: three results, the long prompt an error of its own: %d %s%s", r.status, r.out, r.err);
+              strstr(r.out, "{\"id\":77,") && strstr(r.err, "batch: 3 prompts") && strstr(r.err, "KV pool 128 positions"),
+          "batch from stdin: three results, the long prompt an error of its own, a pool of two blocks (a block for each "
+          "prompt that runs: from a review, it had room for -b of them): %d %s%s", r.status, r.out, r.err);
     static const char *refused[][3] = {
         {"-d", "MODEL", "-d: not in batch mode"}, {"-l", "2", "-l: not in batch mode"}, {"-r", "1", "-r: not in batch mode"},
         {"-i", " 3", "-i: -m batch reads its prompts from -f"},

@@ -432,7 +432,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 /* The input is one line of a batch file. Refused: one message line naming the
-   file and the line. Accepted: the strings are UTF-8 without NUL, and writing
+   file and the line, without control characters. Accepted: the strings are UTF-8 without NUL, and writing
    the prompt as JSON and reading that back gives the same bytes. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const Request defaults = {.n = 256, .temperature = 1.0f, .topp = 0.9f};
@@ -444,6 +444,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fail_jump = NULL;
         end_capture();
         check_rejection_message("-f fuzz.jsonl: line 1, column ");
+        for (const unsigned char *c = (const unsigned char *)err_text; c[1]; c++) /* no control character but the newline */
+            if (*c < 0x20 || *c == 0x7F || (c[0] == 0xC2 && c[1] >= 0x80 && c[1] < 0xA0))
+                harness_abort("the message holds a control character: '%s'", err_text);
         free(decoded), free(again), free(written);
         return 0;
     }
