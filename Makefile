@@ -3,7 +3,7 @@
 # make test           build and run the test suite (test_all.c)
 # make test-sanitize  the same suite, built with AddressSanitizer and UBSan
 # make run PLAIN=1    ./run without Part II: the plain kernels only (same output, slower)
-# make bench          speed and memory on three model shapes (needs ../shared);
+# make bench          speed and memory on three model shapes, and batch mode (needs ../shared);
 #                     BENCH_FLAGS=--long adds the 1.1B shape near position 2000
 #                     with each KV cache (--long-only: just that)
 # make test-arm64     the suite cross-compiled for aarch64, run under qemu-user
