@@ -4414,20 +4414,15 @@ static const char *json_type_at(const JsonLine *r) {
     }
 }
 
-static int hex_digit(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* The 4 hex digits of a \u escape after r->p. */
 static uint32_t json_hex4(JsonLine *r) {
-    uint32_t v = 0;
+    char hex[5] = {0};
     for (int i = 0; i < 4; i++) {
-        int d = r->p + i < r->end ? hex_digit(r->p[i]) : -1;
-        if (d < 0) json_error(r, "\\u needs four hex digits");
-        v = v << 4 | (uint32_t)d;
+        if (r->p + i == r->end || !isxdigit((unsigned char)r->p[i])) json_error(r, "\\u needs four hex digits");
+        hex[i] = r->p[i];
     }
     r->p += 4;
-    return v;
+    return (uint32_t)strtoul(hex, NULL, 16);
 }
 
 /* Writes code point cp as UTF-8 at out; returns the bytes written. */
@@ -4705,12 +4700,9 @@ static int find_block(const BlockPool *p, int parent, const int *tokens) {
     return -1;
 }
 
-typedef enum { WAITING, RUNNING, FINISHED } SequenceState;
-
 /* One prompt and its answer, from the file's line to the result's. */
 typedef struct {
     const Request *request;
-    SequenceState state;
     TokenList tokens;     /* the prompt, then the answer; the last one drawn is not yet run */
     int n_prompt;
     int computed;         /* tokens[0..computed) have their keys and values in the cache */
@@ -4724,7 +4716,6 @@ typedef struct {
     char *text;           /* the answer's bytes, as generate prints them */
     size_t text_len;
     FILE *text_out;
-    long admitted;        /* the order of admission: the youngest is paused first */
     int paused;           /* it has been paused (what it takes back from the prefix table is its own) */
     int planned;          /* tokens in this step */
 } Sequence;
@@ -4776,17 +4767,16 @@ static int match_prefix(BlockPool *p, Sequence *seq, int limit, int take, int *i
 typedef struct {
     BlockPool pool;
     Sequence *seqs;
-    int n_seqs, max_running;
+    int max_running;
     Sequence **running, **waiting;
     int n_running, n_waiting;
     int done;
-    long admissions, paused, shared_tokens, generated;
+    long paused, shared_tokens, generated;
 } Scheduler;
 
 static void pause_youngest(Scheduler *sc) {
     Sequence *seq = sc->running[--sc->n_running];
     release_sequence(&sc->pool, seq);
-    seq->state = WAITING;
     seq->paused = 1;
     memmove(sc->waiting + 1, sc->waiting, sc->n_waiting * sizeof *sc->waiting);
     sc->waiting[0] = seq;
@@ -4825,8 +4815,6 @@ static Sequence *admit(Scheduler *sc) {
         if (!seq->paused) sc->shared_tokens += seq->computed;
         memmove(sc->waiting + w, sc->waiting + w + 1, (sc->n_waiting - w - 1) * sizeof *sc->waiting);
         sc->n_waiting--;
-        seq->state = RUNNING;
-        seq->admitted = sc->admissions++;
         sc->running[sc->n_running++] = seq;
         return seq;
     }
@@ -4897,7 +4885,6 @@ static void finish_sequence(Scheduler *sc, Sequence *seq, const char *reason, co
             break;
         }
     release_sequence(&sc->pool, seq);
-    seq->state = FINISHED;
     sc->done++;
     free(seq->text), seq->text = NULL;
     free(seq->tokens.ids), seq->tokens.ids = NULL;
