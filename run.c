@@ -117,8 +117,11 @@ typedef struct {
     int vocab_size;
     int seq_len;    /* longest context the model was trained for */
     int shared_classifier; /* the output layer reuses the token embedding */
-    int version;    /* 0 = llama2.c legacy, 1 = fp32 with header, 2 = int8 */
+    int version;    /* 0 = llama2.c legacy, 1 = fp32 with header, 2 = int8, 3 = a type per matrix */
     int group_size; /* version 2: values per int8 scale; 0 = fp32 weights */
+    /* the matrices' forms in brief (version 3's type table), to size buffers */
+    int smallest_group; /* fewest values per scale of an int8 or q4k matrix (q4k: 256); 0 = none */
+    int fp32_matrices;  /* some matrix is fp32 */
     float rope_theta;
     float norm_eps;
     /* Llama 3.1's RoPE scaling (see rope_frequency()); factor 0 = none */
@@ -128,12 +131,16 @@ typedef struct {
     int original_max_position_embeddings; /* the context the model was first trained for */
 } Config;
 
-/* A weight matrix of `rows` x `cols`, row-major: fp32 values, or (version 2)
-   int8 values with one fp32 scale per group of group_size consecutive values. */
+/* A weight matrix of `rows` x `cols`, row-major, in one of three forms: fp32
+   values; int8 values with one fp32 scale per group of group_size consecutive
+   values (version 2, and version 3's int8 matrices); or (version 3) q4k,
+   llama.cpp's Q4_K blocks byte for byte (see matvec_q4k()). */
 typedef struct {
     const float *f32;
     const int8_t *q;
     const float *scale;
+    int group_size;      /* int8 */
+    const uint8_t *q4k;
 } Matrix;
 
 typedef struct {
@@ -273,6 +280,72 @@ static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matri
     }
 }
 
+/* q4k, llama.cpp's Q4_K: blocks of 256 weights in 144 bytes. Bytes 0-3: fp16
+   d and dmin; 4-15: a 6-bit scale and a 6-bit min for each of the 8 sub-blocks
+   of 32 weights; 16-143: the 4-bit values q, 32 bytes for each pair of
+   sub-blocks (the low nibbles the first sub-block, the high ones the second).
+   A weight is d * scale * q - dmin * min. */
+#define Q4K_BLOCK 256
+#define Q4K_BLOCK_BYTES 144
+
+/* The fp16 number at p (little-endian), exactly. */
+static float half_to_float(const uint8_t *p) {
+    uint32_t h = p[0] | (uint32_t)p[1] << 8, sign = (h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023;
+    float f;
+    if (exponent == 0) { /* zero or subnormal: mantissa * 2^-24 */
+        f = mantissa * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    uint32_t bits = sign | (exponent == 31 ? 0x7f800000 | mantissa << 13 : (exponent + 112) << 23 | mantissa << 13);
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Sub-block j's 6-bit scale and min: for j < 4 the low 6 bits of bytes j and
+   j + 4; for j >= 4 the nibbles of byte j + 4, with the top 2 bits of bytes
+   j - 4 and j above them. */
+static void q4k_scale_min(const uint8_t *scales, int j, int *scale, int *min) {
+    if (j < 4) {
+        *scale = scales[j] & 63;
+        *min = scales[j + 4] & 63;
+    } else {
+        *scale = (scales[j + 4] & 15) | (scales[j - 4] >> 6) << 4;
+        *min = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4;
+    }
+}
+
+/* Value k (0-31) of sub-block j of a block's 4-bit values qs. */
+static int q4k_value(const uint8_t *qs, int j, int k) { return qs[32 * (j / 2) + k] >> (4 * (j % 2)) & 15; }
+
+/* out[i] = W[i] . x for rows [begin, end) of a q4k W, with x in int8 and one
+   scale per block of 256 (quantize() with group size Q4K_BLOCK). Per block the
+   sums are integers, sum_j scale_j (q . x)_j and sum_j min_j (sum of x)_j, and
+   only then scaled: by d and dmin, and x's scale. */
+static void matvec_q4k(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+    int blocks = n / Q4K_BLOCK;
+    for (int i = begin; i < end; i++) {
+        const uint8_t *block = w->q4k + (size_t)i * blocks * Q4K_BLOCK_BYTES;
+        float val = 0.0f;
+        for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES) {
+            const int8_t *x = xq + b * Q4K_BLOCK;
+            int32_t dot = 0, mins = 0;
+            for (int j = 0; j < 8; j++) {
+                int scale, min;
+                q4k_scale_min(block + 4, j, &scale, &min);
+                int32_t qx = 0, x_sum = 0;
+                for (int k = 0; k < 32; k++) {
+                    qx += q4k_value(block + 16, j, k) * x[32 * j + k];
+                    x_sum += x[32 * j + k];
+                }
+                dot += scale * qx;
+                mins += min * x_sum;
+            }
+            val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)mins);
+        }
+        out[i] = val;
+    }
+}
+
 /* Rotary position embedding: each adjacent pair (v[2i], v[2i+1]) of every head
    is rotated by the angle pos * theta^(-2i/head_size) (see rope_frequency()). */
 static void rope(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos) {
@@ -299,41 +372,57 @@ static void add(float *x, const float *y, int n) {
     for (int i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* Row `token` of the embedding table, dequantized when stored as int8. */
-static void embed(float *out, const Matrix *table, int token, int dim, int group_size) {
+/* Row `token` of the embedding table, dequantized when stored as int8 or q4k. */
+static void embed(float *out, const Matrix *table, int token, int dim) {
     if (table->f32) {
         memcpy(out, table->f32 + (size_t)token * dim, dim * sizeof(float));
-    } else {
+    } else if (table->q) {
+        int gs = table->group_size;
         const int8_t *q = table->q + (size_t)token * dim;
-        const float *scale = table->scale + (size_t)token * dim / group_size;
-        for (int i = 0; i < dim; i++) out[i] = q[i] * scale[i / group_size];
+        const float *scale = table->scale + (size_t)token * dim / gs;
+        for (int i = 0; i < dim; i++) out[i] = q[i] * scale[i / gs];
+    } else {
+        const uint8_t *block = table->q4k + (size_t)token * (dim / Q4K_BLOCK) * Q4K_BLOCK_BYTES;
+        for (int b = 0; b < dim / Q4K_BLOCK; b++, block += Q4K_BLOCK_BYTES)
+            for (int j = 0; j < 8; j++) {
+                int scale, min;
+                q4k_scale_min(block + 4, j, &scale, &min);
+                float d = half_to_float(block) * scale, m = half_to_float(block + 2) * min;
+                for (int k = 0; k < 32; k++) out[Q4K_BLOCK * b + 32 * j + k] = d * q4k_value(block + 16, j, k) - m;
+            }
     }
 }
 
 /* ------------------------------------------------------------------------- */
 /* Projections: out = W x                                                     */
 
-/* The input x [n] of the projections that read it. With int8 weights (group
-   size > 0), x also in int8, quantized in groups like the weights: once for
-   all the projections that share it (q, k and v; the feed-forward's w1 and
-   w3), as runq.c does. */
+/* The input x [n] of the projections that read it. For int8 and q4k weights x
+   is also quantized, in groups as the weights' (q4k: one scale per block of
+   256), as runq.c does: once for all the projections that share it and its
+   groups (q, k and v; the feed-forward's w1 and w3). */
 typedef struct {
     const float *x;
-    const int8_t *q;    /* int8 weights only */
-    const float *scale;
-    int n, group_size;
+    int n;
+    int8_t *q;          /* x in int8, when group_size > 0 */
+    float *scale;
+    int group_size;     /* of the quantized x in q and scale; 0: not quantized yet */
 } Input;
 
-static Input prepare_input(RunState *s, const float *x, int n, int group_size) {
-    if (group_size == 0) return (Input){x, NULL, NULL, n, 0};
-    quantize(s->xq, s->xq_scale, x, n, group_size);
-    return (Input){x, s->xq, s->xq_scale, n, group_size};
-}
+static Input prepare_input(RunState *s, const float *x, int n) { return (Input){x, n, s->xq, s->xq_scale, 0}; }
 
-/* out = W x for a weight matrix W [d][n], fp32 or int8. */
-static void linear(float *out, const Input *in, const Matrix *w, int d) {
-    if (w->f32) matvec(out, in->x, w->f32, in->n, 0, d);
-    else matvec_q8(out, in->q, in->scale, w, in->n, in->group_size, 0, d);
+/* out = W x for a weight matrix W [d][n], fp32, int8 or q4k. */
+static void linear(float *out, Input *in, const Matrix *w, int d) {
+    if (w->f32) {
+        matvec(out, in->x, w->f32, in->n, 0, d);
+        return;
+    }
+    int group_size = w->q4k ? Q4K_BLOCK : w->group_size;
+    if (in->group_size != group_size) {
+        quantize(in->q, in->scale, in->x, in->n, group_size);
+        in->group_size = group_size;
+    }
+    if (w->q4k) matvec_q4k(out, in->q, in->scale, w, in->n, 0, d);
+    else matvec_q8(out, in->q, in->scale, w, in->n, group_size, 0, d);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -397,19 +486,19 @@ static void attention_head(float *out, const float *q, const KVCache *keys, cons
 __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s, int token, int pos) {
     const Config *c = &ck->config;
     const Weights *w = &ck->weights;
-    int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
+    int dim = c->dim, hidden_dim = c->hidden_dim;
     int head_size = dim / c->n_heads;
     int kv_dim = head_size * c->n_kv_heads;
     int heads_per_kv = c->n_heads / c->n_kv_heads; /* query heads sharing a key/value head */
     const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2, *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
 
-    embed(s->x, &w->token_embedding, token, dim, gs);
+    embed(s->x, &w->token_embedding, token, dim);
 
     for (int l = 0; l < c->n_layers; l++) {
         /* attention: q, k, v from the normalised stream; k and v go into the
            cache row of this position, and each head reads its KV head's rows */
         rmsnorm(s->xb, s->x, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
-        Input in = prepare_input(s, s->xb, dim, gs);
+        Input in = prepare_input(s, s->xb, dim);
         linear(s->q, &in, &w->wq[l], dim);
         linear(s->k, &in, &w->wk[l], kv_dim);
         linear(s->v, &in, &w->wv[l], kv_dim);
@@ -420,23 +509,23 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
         for (int h = 0; h < c->n_heads; h++)
             attention_head(s->xb + h * head_size, s->q + h * head_size, &s->key_cache, &s->value_cache, l,
                            h / heads_per_kv, pos, s->att, s->row);
-        in = prepare_input(s, s->xb, dim, gs);
+        in = prepare_input(s, s->xb, dim);
         linear(s->xb2, &in, &w->wo[l], dim);
         add(s->x, s->xb2, dim);
 
         /* feed-forward: w2(silu(w1 x) * w3 x) */
         rmsnorm(s->xb, s->x, w->rms_ffn + (size_t)l * dim, dim, c->norm_eps);
-        in = prepare_input(s, s->xb, dim, gs);
+        in = prepare_input(s, s->xb, dim);
         linear(s->hb, &in, &w->w1[l], hidden_dim);
         linear(s->hb2, &in, &w->w3[l], hidden_dim);
         swiglu(s->hb, s->hb2, hidden_dim);
-        in = prepare_input(s, s->hb, hidden_dim, gs);
+        in = prepare_input(s, s->hb, hidden_dim);
         linear(s->xb, &in, &w->w2[l], dim);
         add(s->x, s->xb, dim);
     }
 
     rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
-    Input in = prepare_input(s, s->x, dim, gs);
+    Input in = prepare_input(s, s->x, dim);
     linear(s->logits, &in, &w->classifier, c->vocab_size);
     return s->logits;
 }
@@ -498,12 +587,23 @@ static void shift_cache(RunState *s, const Config *c, int keep, int drop, int en
 
 /* The checkpoint layout, described once: the tensors in file order. Version 0
    (llama2.c's legacy export) interleaves the norms with the matrices and
-   keeps two RoPE tables that this program recomputes; versions 1 and 2 store
-   the norms first. Matrices are fp32, or int8 + scales in version 2; norms
-   and tables are always fp32. */
+   keeps two RoPE tables that this program recomputes; versions 1, 2 and 3
+   store the norms first. Matrices are fp32 (versions 0 and 1), int8 + scales
+   (version 2), or each in the type its entry in version 3's type table gives;
+   norms and tables are always fp32. */
 typedef enum {
     TOKEN_EMBEDDING, RMS_ATT, WQ, WK, WV, WO, RMS_FFN, W1, W2, W3, RMS_FINAL, ROPE_TABLES, CLASSIFIER
 } Tensor;
+
+static const char *const tensor_names[] = {"token_embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn",
+                                           "w1", "w2", "w3", "rms_final", "rope_tables", "classifier"};
+
+/* Version 3's type table follows the header: for each matrix in file order
+   (per-layer ones layer by layer), an int32 type and an int32 group size (int8:
+   values per scale; else 0). An int8 matrix is its values, then a float scale
+   per group; a q4k one its rows' Q4_K blocks, row after row. */
+typedef enum { TYPE_FP32 = 0, TYPE_INT8 = 1, TYPE_Q4K = 2 } MatrixType;
+#define TYPE_ENTRY_SIZE 8
 
 static const Tensor legacy_layout[] = {TOKEN_EMBEDDING, RMS_ATT, WQ, WK, WV, WO, RMS_FFN,
                                        W1, W2, W3, RMS_FINAL, ROPE_TABLES, CLASSIFIER};
@@ -540,15 +640,39 @@ static const Tensor *layout_of(const Config *c, int *n) {
     return c->version == 0 ? legacy_layout : header_layout;
 }
 
-/* Bytes of one tensor of the shape; int8 matrices add one float per group. */
-static uint64_t tensor_bytes(const Config *c, TensorShape s) {
+static int32_t read_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static float read_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
+
+/* A tensor's name for messages: "wq of layer 3". */
+static const char *tensor_name(char buf[64], Tensor t, uint64_t layer) {
+    int per_layer = t != TOKEN_EMBEDDING && t != CLASSIFIER && t != RMS_FINAL && t != ROPE_TABLES;
+    if (per_layer) snprintf(buf, 64, "%s of layer %llu", tensor_names[t], (unsigned long long)layer);
+    else snprintf(buf, 64, "%s", tensor_names[t]);
+    return buf;
+}
+
+/* The matrices in the file (version 3's type table has an entry for each). */
+static uint64_t matrix_count(const Config *c) { return 1 + 7 * (uint64_t)c->n_layers + !c->shared_classifier; }
+
+/* Bytes of one tensor of the shape and type; int8 matrices add one float per group. */
+static uint64_t tensor_bytes(TensorShape s, MatrixType type, int group_size) {
     uint64_t values = s.rows * s.cols;
-    if (s.is_matrix && c->version == 2) return values + 4 * (values / c->group_size);
+    if (type == TYPE_INT8) return values + 4 * (values / group_size);
+    if (type == TYPE_Q4K) return values / Q4K_BLOCK * Q4K_BLOCK_BYTES;
     return 4 * values;
 }
 
-static int32_t read_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
-static float read_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
+/* The type and group size of matrix number k (in file order): version 3's
+   table entry, or what its version stores. */
+static MatrixType matrix_type(const Config *c, const uint8_t *table, uint64_t k, int *group_size) {
+    if (c->version == 3) {
+        *group_size = read_i32(table + TYPE_ENTRY_SIZE * k + 4);
+        return (MatrixType)read_i32(table + TYPE_ENTRY_SIZE * k);
+    }
+    *group_size = c->group_size;
+    return c->version == 2 ? TYPE_INT8 : TYPE_FP32;
+}
+
 
 /* The RoPE scaling fields: all zero (no scaling), or a usable Llama 3.1 rule.
    rope_frequency() divides by each of them. */
@@ -580,12 +704,12 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
     if (avail >= 8 && (uint32_t)read_i32(h) == HEADER_MAGIC) {
         if (avail < HEADER_SIZE) fail("%s: truncated header (%zu of %d bytes)", path, avail, HEADER_SIZE);
         c->version = read_i32(h + 4);
-        if (c->version != 1 && c->version != 2)
-            fail("%s: unknown checkpoint version %d (this program reads 0, 1 and 2)", path, c->version);
+        if (c->version < 1 || c->version > 3)
+            fail("%s: unknown checkpoint version %d (this program reads 0, 1, 2 and 3)", path, c->version);
         for (int i = 0; i < 7; i++) fields[i] = read_i32(h + 8 + 4 * i);
         if (h[36] > 1) fail("%s: shared_classifier flag is %d, expected 0 or 1", path, h[36]);
         c->shared_classifier = h[36];
-        c->group_size = c->version == 2 ? read_i32(h + 37) : 0;
+        c->group_size = c->version >= 2 ? read_i32(h + 37) : 0;
         c->rope_theta = read_f32(h + 44);
         c->norm_eps = read_f32(h + 48);
         c->rope_scaling_factor = read_f32(h + 52);
@@ -620,6 +744,8 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
         if (c->dim % c->group_size || c->hidden_dim % c->group_size)
             fail("%s: group_size %d does not divide dim %d and hidden_dim %d", path, c->group_size, c->dim, c->hidden_dim);
     }
+    if (c->version == 3 && c->group_size != 0)
+        fail("%s: group_size is %d, must be 0 in version 3 (each matrix has its own)", path, c->group_size);
     if (c->rope_theta == 0) c->rope_theta = 10000.0f;
     if (c->norm_eps == 0) c->norm_eps = 1e-5f;
     if (!(c->rope_theta > 0 && c->rope_theta < INFINITY)) fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
@@ -636,12 +762,65 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
         estimate += (double)s.count * s.rows * s.cols * 4;
     }
     if (estimate > (double)((uint64_t)1 << 50)) fail("%s: header sizes overflow (%.3g bytes)", path, estimate);
-    uint64_t size = offset;
+    const uint8_t *table = h + offset;
+    if (c->version == 3) {
+        uint64_t table_bytes = TYPE_ENTRY_SIZE * matrix_count(c);
+        if (avail < offset + table_bytes)
+            fail("%s: truncated type table (%zu of %llu bytes)", path, avail - offset, (unsigned long long)table_bytes);
+        offset += table_bytes;
+    }
+    uint64_t size = offset, k = 0;
+    c->smallest_group = 0;
+    c->fp32_matrices = 0;
     for (int i = 0; i < n; i++) {
         TensorShape s = tensor_shape(c, layout[i]);
-        size += s.count * tensor_bytes(c, s);
+        for (uint64_t layer = 0; layer < s.count; layer++) {
+            if (!s.is_matrix) {
+                size += tensor_bytes(s, TYPE_FP32, 0);
+                continue;
+            }
+            int group_size, values_per_scale = 0;
+            MatrixType type = matrix_type(c, table, k++, &group_size);
+            char buf[64];
+            const char *name = tensor_name(buf, layout[i], layer);
+            if (type == TYPE_INT8) {
+                if (group_size <= 0 || s.cols % group_size)
+                    fail("%s: %s: int8 group size %d does not divide its rows of %llu values", path, name, group_size,
+                         (unsigned long long)s.cols);
+                values_per_scale = group_size;
+            } else if (type == TYPE_Q4K) {
+                if (s.cols % Q4K_BLOCK)
+                    fail("%s: %s: q4k rows of %llu values are not whole blocks of %d", path, name,
+                         (unsigned long long)s.cols, Q4K_BLOCK);
+                values_per_scale = Q4K_BLOCK;
+            } else if (type == TYPE_FP32) {
+                c->fp32_matrices = 1;
+            } else {
+                fail("%s: %s: unknown type code %d (0 fp32, 1 int8, 2 q4k)", path, name, (int)type);
+            }
+            if (type != TYPE_INT8 && group_size != 0)
+                fail("%s: %s: group size %d, must be 0 for its type", path, name, group_size);
+            if (values_per_scale && (c->smallest_group == 0 || values_per_scale < c->smallest_group))
+                c->smallest_group = values_per_scale;
+            size += tensor_bytes(s, type, group_size);
+        }
     }
     return size;
+}
+
+/* Whether every scale of a version 3 matrix is a finite number (fp16 d and
+   dmin of each q4k block, float scales of int8). */
+static int finite_scales(const Matrix *m, TensorShape s) {
+    uint64_t values = s.rows * s.cols;
+    if (m->q4k) {
+        for (uint64_t b = 0; b < values / Q4K_BLOCK; b++)
+            for (int half = 0; half < 2; half++)
+                if ((m->q4k[b * Q4K_BLOCK_BYTES + 2 * half + 1] & 0x7c) == 0x7c) return 0; /* exponent 31 */
+    } else if (m->q) {
+        for (uint64_t g = 0; g < values / m->group_size; g++)
+            if (!isfinite(m->scale[g])) return 0;
+    }
+    return 1;
 }
 
 /* Points every weight into the mapping, walking the layout. */
@@ -650,8 +829,11 @@ static void map_weights(Checkpoint *ck, const char *path) {
     Weights *w = &ck->weights;
     Matrix **per_layer[CLASSIFIER + 1] = {[WQ] = &w->wq, [WK] = &w->wk, [WV] = &w->wv, [WO] = &w->wo,
                                           [W1] = &w->w1, [W2] = &w->w2, [W3] = &w->w3};
+    const uint8_t *table = ck->data + HEADER_SIZE;
     const uint8_t *p = ck->data + (c->version == 0 ? LEGACY_HEADER_SIZE : HEADER_SIZE);
+    if (c->version == 3) p += TYPE_ENTRY_SIZE * matrix_count(c);
     int n;
+    uint64_t matrix = 0;
     const Tensor *layout = layout_of(c, &n);
     for (int i = 0; i < n; i++) {
         TensorShape s = tensor_shape(c, layout[i]);
@@ -659,15 +841,21 @@ static void map_weights(Checkpoint *ck, const char *path) {
         if (layers) *layers = xcalloc(s.count, sizeof(Matrix));
         for (uint64_t k = 0; k < s.count; k++) {
             Matrix m = {0};
-            if (s.is_matrix && c->version == 2) {
+            MatrixType type = s.is_matrix ? matrix_type(c, table, matrix++, &m.group_size) : TYPE_FP32;
+            if (type == TYPE_INT8) {
                 m.q = (const int8_t *)p;
                 m.scale = (const float *)(p + s.rows * s.cols);
+            } else if (type == TYPE_Q4K) {
+                m.q4k = p;
             } else {
                 m.f32 = (const float *)p;
             }
             const void *floats = m.f32 ? (const void *)m.f32 : (const void *)m.scale;
             if ((uintptr_t)floats % sizeof(float)) fail("%s: float tensor at a misaligned offset", path);
-            p += tensor_bytes(c, s);
+            char name[64];
+            if (c->version == 3 && !finite_scales(&m, s))
+                fail("%s: %s: a scale is not a finite number", path, tensor_name(name, layout[i], k));
+            p += tensor_bytes(s, type, m.group_size);
             switch (layout[i]) {
             case TOKEN_EMBEDDING: w->token_embedding = m; break;
             case RMS_ATT: w->rms_att = m.f32; break;
@@ -689,18 +877,17 @@ static void open_checkpoint(Checkpoint *ck, const char *path) {
     struct stat st;
     if (fstat(fd, &st) != 0) fail("%s: cannot stat: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", path);
-    uint8_t header[HEADER_SIZE];
-    ssize_t got = pread(fd, header, sizeof header, 0);
-    if (got < 0) fail("%s: cannot read: %s", path, strerror(errno));
-    uint64_t expected = parse_header(&ck->config, header, (size_t)got, path);
+    ck->file_size = (size_t)st.st_size;
+    if (ck->file_size > 0) { /* the header is read in place: version 3's type table runs past its 256 bytes */
+        void *data = mmap(NULL, ck->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (data == MAP_FAILED) fail("%s: cannot mmap: %s", path, strerror(errno));
+        ck->data = data;
+    }
+    close(fd);
+    uint64_t expected = parse_header(&ck->config, ck->data, ck->file_size, path);
     if ((uint64_t)st.st_size != expected)
         fail("%s: file is %lld bytes but its header describes %llu bytes", path,
              (long long)st.st_size, (unsigned long long)expected);
-    ck->file_size = (size_t)st.st_size;
-    void *data = mmap(NULL, ck->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (data == MAP_FAILED) fail("%s: cannot mmap: %s", path, strerror(errno));
-    close(fd);
-    ck->data = data;
     map_weights(ck, path);
 }
 
@@ -1613,6 +1800,7 @@ typedef struct {
     QuantizeFn quantize;
     void (*matvec_q8)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                       int begin, int end);
+    void (*matvec_q4k)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end);
     void (*softmax)(float *x, int n);
     void (*swiglu)(float *hb, const float *hb2, int n);
     /* attention_head() for the n_heads query heads of n_tokens consecutive
@@ -1654,7 +1842,7 @@ static void attention_block_plain(float *out, const float *q, int n_tokens, int 
 
 static const KernelSet plain_kernels = {
     .name = "plain", .cpu_has = cpu_has_always, .matvec = matvec, .quantize = quantize, .matvec_q8 = matvec_q8,
-    .softmax = softmax, .swiglu = swiglu, .attention_block = attention_block_plain,
+    .matvec_q4k = matvec_q4k, .softmax = softmax, .swiglu = swiglu, .attention_block = attention_block_plain,
 };
 
 /* The matvec kernels walk blocks of rows, 64 bytes of each at a time, and ask
@@ -3342,7 +3530,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
     static TARGET void swiglu_##set(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, exp8); } \
     static const KernelSet set##_kernels = { \
         .name = #set, .cpu_has = cpu, .matvec = matvec_##set, .quantize = quantize_fn, \
-        .matvec_q8 = matvec_q8_##set, .softmax = softmax_##set, .swiglu = swiglu_##set, \
+        .matvec_q8 = matvec_q8_##set, .matvec_q4k = matvec_q4k, .softmax = softmax_##set, .swiglu = swiglu_##set, \
         .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
         .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_pairs_##set, \
         .matmul_q8_tokens = matmul_q8_tokens_##set, \
@@ -3401,7 +3589,8 @@ static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, c
 
 static const KernelSet avx512_kernels = {
     .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_avx2, .softmax = softmax_avx512, .swiglu = swiglu_avx512,
+    .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k,
+    .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 2,
     .prepare_q8_tokens = prepare_q8_madd, .matmul_q8_tokens = matmul_q8_tokens_avx512,
@@ -3409,7 +3598,8 @@ static const KernelSet avx512_kernels = {
 
 static const KernelSet vnni_kernels = {
     .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_vnni, .softmax = softmax_avx512, .swiglu = swiglu_avx512,
+    .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k,
+    .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
@@ -3469,8 +3659,8 @@ typedef struct {
     float *v;   /* values [MAX_BATCH][kv_dim] */
     float *att; /* attention scores, per thread a row for each of 8 queries [n_threads][8][n_pos] */
     float *rows; /* per thread one dequantized cache row [n_threads][head_size] */
-    int8_t *xq;      /* version 2: matmul inputs in int8 [MAX_BATCH][widest] */
-    float *xq_scale; /* and their scales [MAX_BATCH][widest / group_size] */
+    int8_t *xq;      /* int8 and q4k weights: matmul inputs in int8 [MAX_BATCH][widest] */
+    float *xq_scale; /* and their scales [MAX_BATCH][widest / smallest_group] */
     float *x_t;         /* a batched fp32 matmul's input, as the kernel set lays it out [widest][MAX_BATCH] */
     void *q8_tokens;    /* the same for int8 */
     float *out_t;       /* batched matmuls' outputs before transposing back [rows of all projections][MAX_BATCH] */
@@ -3501,15 +3691,14 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
     b->v = batch_buffer(MAX_BATCH * kv_dim, sizeof(float));
     b->att = batch_buffer((size_t)n_threads * 8 * s->n_pos, sizeof(float));
     b->rows = batch_buffer((size_t)n_threads * head_size, sizeof(float));
-    if (c->version == 2) { /* every matrix int8 */
-        size_t groups = widest / c->group_size;
+    if (c->smallest_group) { /* int8 or q4k matrices */
+        size_t groups = widest / c->smallest_group;
         b->xq = batch_buffer(MAX_BATCH * widest, 1);
         b->xq_scale = batch_buffer(MAX_BATCH * groups, sizeof(float));
         /* values in 4-byte slots for every 2 of them at most, plus two numbers per group and token */
         b->q8_tokens = batch_buffer(MAX_BATCH * (2 * widest + 8 * groups), 1);
-    } else {
-        b->x_t = batch_buffer(MAX_BATCH * widest, sizeof(float));
     }
+    if (c->fp32_matrices) b->x_t = batch_buffer(MAX_BATCH * widest, sizeof(float));
     size_t projected_rows = 3 * (size_t)c->dim > 2 * (size_t)c->hidden_dim ? 3 * (size_t)c->dim : 2 * (size_t)c->hidden_dim;
     size_t rows = classify_all && (size_t)c->vocab_size > projected_rows ? (size_t)c->vocab_size : projected_rows;
     /* as batch_buffer(), but the classifier's rows are touched only if they are used */
@@ -3523,7 +3712,7 @@ static void free_batch(Batch *b) {
 }
 
 /* One weight matrix applied to every token of a batch: out[t][0..d) = W x[t],
-   W being [d][n], fp32 or int8. */
+   W being [d][n], fp32, int8 or q4k. */
 typedef struct {
     const Matrix *w;
     float *out; /* [T][d] */
@@ -3563,8 +3752,14 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
     } else {
         for (int t = 0; t < T; t++) {
             float *out = proj->out + (size_t)t * d;
-            if (w->q) kernels->matvec_q8(out, b->xq + (size_t)t * n, b->xq_scale + (size_t)t * (n / gs), w, n, gs, begin, end);
-            else kernels->matvec(out, job->x + (size_t)t * n, w->f32, n, begin, end);
+            if (!gs) {
+                kernels->matvec(out, job->x + (size_t)t * n, w->f32, n, begin, end);
+                continue;
+            }
+            const int8_t *xq = b->xq + (size_t)t * n;
+            const float *xs = b->xq_scale + (size_t)t * (n / gs);
+            if (w->q4k) kernels->matvec_q4k(out, xq, xs, w, n, begin, end);
+            else kernels->matvec_q8(out, xq, xs, w, n, gs, begin, end);
         }
     }
 }
@@ -3586,12 +3781,25 @@ static void matmul_task(void *ctx, int begin, int end, int thread) {
     }
 }
 
+/* The group size a matrix's input is quantized in: int8 its own, q4k one
+   scale per block; 0 for fp32. */
+static int input_group_size(const Matrix *w) { return w->q4k ? Q4K_BLOCK : w->q ? w->group_size : 0; }
+
 /* Applies `count` projections that share the input x [T][n]: the input is
-   prepared (quantized, or laid out for the batched kernels) once for all. */
-static void matmul(Batch *b, const float *x, int n, int T, int group_size, const Projection *proj, int count) {
+   prepared (quantized, or laid out for the batched kernels) once for all that
+   take it in the same form. */
+static void matmul(Batch *b, const float *x, int n, int T, const Projection *proj, int count) {
+    int group_size = input_group_size(proj[0].w), same = 1;
+    while (same < count && input_group_size(proj[same].w) == group_size &&
+           !proj[same].w->q4k == !proj[0].w->q4k) same++;
+    if (same < count) {
+        matmul(b, x, n, T, proj, same);
+        matmul(b, x, n, T, proj + same, count - same);
+        return;
+    }
     MatmulJob job = {b, x, n, T, group_size, 0, proj, count};
-    if (proj[0].w->q) {
-        job.batched = T > 1 && kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0;
+    if (group_size) {
+        job.batched = T > 1 && proj[0].w->q && kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0;
         /* a division and some twenty other steps per value: as slow as about 16 multiply-adds */
         parallel_for(quantize_task, &job, (T + 15) / 16, 16.0 * T * n);
     } else {
@@ -3717,16 +3925,16 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
     const Config *c = &ck->config;
     const Weights *w = &ck->weights;
     RunState *s = b->s;
-    int dim = c->dim, hidden_dim = c->hidden_dim, gs = c->group_size;
+    int dim = c->dim, hidden_dim = c->hidden_dim;
     int head_size = dim / c->n_heads;
     int kv_dim = head_size * c->n_kv_heads;
 
-    for (int t = 0; t < T; t++) embed(b->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim, gs);
+    for (int t = 0; t < T; t++) embed(b->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim);
 
     for (int l = 0; l < c->n_layers; l++) {
         rmsnorm_batch(b->xb, b->x, w->rms_att + (size_t)l * dim, T, dim, c->norm_eps);
         Projection qkv[3] = {{&w->wq[l], b->q, dim}, {&w->wk[l], b->k, kv_dim}, {&w->wv[l], b->v, kv_dim}};
-        matmul(b, b->xb, dim, T, gs, qkv, 3);
+        matmul(b, b->xb, dim, T, qkv, 3);
         for (int i = 0; i < n_segments; i++) {
             const Segment *seg = &segments[i];
             for (int t = seg->first; t < seg->first + seg->n; t++) {
@@ -3741,15 +3949,15 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
         }
         attention(b, c, l, segments, n_segments);
         Projection wo = {&w->wo[l], b->xb2, dim};
-        matmul(b, b->xb, dim, T, gs, &wo, 1);
+        matmul(b, b->xb, dim, T, &wo, 1);
         add(b->x, b->xb2, T * dim);
 
         rmsnorm_batch(b->xb, b->x, w->rms_ffn + (size_t)l * dim, T, dim, c->norm_eps);
         Projection gate_up[2] = {{&w->w1[l], b->hb, hidden_dim}, {&w->w3[l], b->hb2, hidden_dim}};
-        matmul(b, b->xb, dim, T, gs, gate_up, 2);
+        matmul(b, b->xb, dim, T, gate_up, 2);
         swiglu_batch(b->hb, b->hb2, T * hidden_dim);
         Projection down = {&w->w2[l], b->xb, dim};
-        matmul(b, b->hb, hidden_dim, T, gs, &down, 1);
+        matmul(b, b->hb, hidden_dim, T, &down, 1);
         add(b->x, b->xb, T * dim);
     }
     if (n_classify == 0) return;
@@ -3757,7 +3965,7 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
         memcpy(b->xb + (size_t)k * dim, b->x + (size_t)classify[k] * dim, dim * sizeof(float));
     rmsnorm_batch(b->xb, b->xb, w->rms_final, n_classify, dim, c->norm_eps);
     Projection classifier = {&w->classifier, logits, c->vocab_size};
-    matmul(b, b->xb, dim, n_classify, gs, &classifier, 1);
+    matmul(b, b->xb, dim, n_classify, &classifier, 1);
 }
 
 /* forward_segments() for tokens[0..T) of the run state's sequence at positions

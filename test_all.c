@@ -130,22 +130,27 @@ typedef struct {
     float *emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *cls;
 } TinyModel;
 
+/* Random weights for the shape in m: matrices uniform in +-scale, norms near 1. */
+static void random_weights(TinyModel *m, float scale) {
+    size_t dim = m->dim, hidden = m->hidden, layers = m->layers, kv = dim / m->heads * m->kv_heads;
+    m->emb = random_tensor(m->vocab * dim, 1, 0);
+    m->rms_att = random_tensor(layers * dim, 0.2f, 1);
+    m->wq = random_tensor(layers * dim * dim, scale, 0);
+    m->wk = random_tensor(layers * kv * dim, scale, 0);
+    m->wv = random_tensor(layers * kv * dim, scale, 0);
+    m->wo = random_tensor(layers * dim * dim, scale, 0);
+    m->rms_ffn = random_tensor(layers * dim, 0.2f, 1);
+    m->w1 = random_tensor(layers * hidden * dim, scale, 0);
+    m->w2 = random_tensor(layers * dim * hidden, scale, 0);
+    m->w3 = random_tensor(layers * hidden * dim, scale, 0);
+    m->rms_final = random_tensor(dim, 0.2f, 1);
+    m->cls = m->shared ? m->emb : random_tensor(m->vocab * dim, 1, 0);
+}
+
 static TinyModel tiny_model_layers(int shared, int seq_len, int layers) {
     TinyModel m = {.dim = 16, .hidden = 24, .layers = layers, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = seq_len,
                    .shared = shared};
-    int kv = m.dim / m.heads * m.kv_heads;
-    m.emb = random_tensor((size_t)m.vocab * m.dim, 1, 0);
-    m.rms_att = random_tensor(m.layers * m.dim, 0.2f, 1);
-    m.wq = random_tensor(m.layers * m.dim * m.dim, 0.5f, 0);
-    m.wk = random_tensor(m.layers * kv * m.dim, 0.5f, 0);
-    m.wv = random_tensor(m.layers * kv * m.dim, 0.5f, 0);
-    m.wo = random_tensor(m.layers * m.dim * m.dim, 0.5f, 0);
-    m.rms_ffn = random_tensor(m.layers * m.dim, 0.2f, 1);
-    m.w1 = random_tensor(m.layers * m.hidden * m.dim, 0.5f, 0);
-    m.w2 = random_tensor(m.layers * m.dim * m.hidden, 0.5f, 0);
-    m.w3 = random_tensor(m.layers * m.hidden * m.dim, 0.5f, 0);
-    m.rms_final = random_tensor(m.dim, 0.2f, 1);
-    m.cls = shared ? m.emb : random_tensor((size_t)m.vocab * m.dim, 1, 0);
+    random_weights(&m, 0.5f);
     return m;
 }
 
@@ -209,6 +214,59 @@ static void put_quantized(Buffer *b, float *w, size_t n, int gs) {
     free(q), free(scales);
 }
 
+/* The fp16 bits nearest below |v| (truncated: any fp16 will do for a test's
+   scale), for v in fp16's normal range or 0. */
+static uint16_t half_bits(float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    if (((bits >> 23) & 255) < 113) return 0; /* below fp16's normal range (and 0) */
+    return (uint16_t)((((bits >> 23) & 255) - 112) << 10 | (bits >> 13 & 1023));
+}
+
+/* A q4k matrix (llama.cpp's Q4_K layout, see run.c): per sub-block of 32 a
+   scale (max - min) / 15 and a min -min(0, x), both as 6-bit multiples of the
+   block's fp16 d and dmin, and q = round((x + min) / scale). Not llama.cpp's
+   search, just a valid encoding. The weights become their dequantized values
+   (d * scale * q - dmin * min), so the reference sees what run.c sees. */
+static void put_q4k(Buffer *b, float *w, size_t n) {
+    for (size_t at = 0; at < n; at += 256) {
+        float *x = w + at, sub_scale[8], sub_min[8], max_scale = 0, max_min = 0;
+        for (int j = 0; j < 8; j++) {
+            float lo = 0, hi = 0;
+            for (int k = 0; k < 32; k++) lo = fminf(lo, x[32 * j + k]), hi = fmaxf(hi, x[32 * j + k]);
+            sub_scale[j] = (hi - lo) / 15, sub_min[j] = -lo;
+            max_scale = fmaxf(max_scale, sub_scale[j]), max_min = fmaxf(max_min, sub_min[j]);
+        }
+        uint8_t block[144] = {0};
+        uint16_t d_bits = half_bits(max_scale / 63), dmin_bits = half_bits(max_min / 63);
+        memcpy(block, &d_bits, 2), memcpy(block + 2, &dmin_bits, 2);
+        float d = half_to_float(block), dmin = half_to_float(block + 2);
+        int sc[8], mn[8];
+        for (int j = 0; j < 8; j++) {
+            sc[j] = d > 0 ? (int)fminf(63, roundf(sub_scale[j] / d)) : 0;
+            mn[j] = dmin > 0 ? (int)fminf(63, roundf(sub_min[j] / dmin)) : 0;
+        }
+        for (int j = 0; j < 8; j++) {
+            if (j < 4) {
+                block[4 + j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+                block[8 + j] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+            } else {
+                block[8 + j] = (uint8_t)((sc[j] & 15) | (mn[j] & 15) << 4);
+            }
+        }
+        for (int j = 0; j < 8; j++) {
+            float step = d * sc[j], offset = dmin * mn[j];
+            for (int k = 0; k < 32; k++) {
+                int q = step > 0 ? (int)roundf((x[32 * j + k] + offset) / step) : 0;
+                q = q < 0 ? 0 : q > 15 ? 15 : q;
+                block[16 + 32 * (j / 2) + k] |= (uint8_t)(q << (4 * (j % 2)));
+                x[32 * j + k] = step * q - offset;
+            }
+        }
+        put(b, block, sizeof block);
+    }
+}
+
 /* The model's values of tensor t (layer l of a per-layer one, size floats
    each) in run.c's layout table; NULL for version 0's RoPE tables, which
    run.c does not read (written as zeros). */
@@ -231,21 +289,29 @@ static float *tiny_tensor(const TinyModel *m, Tensor t, uint64_t l, uint64_t siz
     return NULL;
 }
 
-/* The model as a checkpoint of this version (group size gs for version 2),
-   walking run.c's layout table, as export.py walks its own. */
+/* The model as a checkpoint of this version, walking run.c's layout table, as
+   export.py walks its own. Version 2: int8 with group size gs; version 3: q4k
+   where the rows are whole blocks of 256, int8 with group size gs elsewhere. */
 static Buffer write_checkpoint(TinyModel *m, int version, int gs, float theta, float eps) {
     Buffer b = {0};
     Config c = {.dim = m->dim, .hidden_dim = m->hidden, .n_layers = m->layers, .n_heads = m->heads,
                 .n_kv_heads = m->kv_heads, .vocab_size = m->vocab, .seq_len = m->seq_len,
-                .shared_classifier = m->shared, .version = version, .group_size = gs};
+                .shared_classifier = m->shared, .version = version, .group_size = version == 2 ? gs : 0};
     if (version == 0) {
         int32_t hdr[7] = {m->dim, m->hidden, m->layers, m->heads, m->kv_heads, m->shared ? m->vocab : -m->vocab, m->seq_len};
         put(&b, hdr, sizeof hdr);
     } else {
-        put_v1_header(&b, m, version, gs, theta, eps);
+        put_v1_header(&b, m, version, c.group_size, theta, eps);
     }
     int n;
     const Tensor *layout = layout_of(&c, &n);
+    for (int i = 0; version == 3 && i < n; i++) { /* the type table */
+        TensorShape shape = tensor_shape(&c, layout[i]);
+        for (uint64_t l = 0; shape.is_matrix && l < shape.count; l++) {
+            int q4k = shape.cols % 256 == 0;
+            put_i32(&b, q4k ? TYPE_Q4K : TYPE_INT8), put_i32(&b, q4k ? 0 : gs);
+        }
+    }
     for (int i = 0; i < n; i++) {
         TensorShape shape = tensor_shape(&c, layout[i]);
         uint64_t size = shape.rows * shape.cols;
@@ -253,7 +319,9 @@ static Buffer write_checkpoint(TinyModel *m, int version, int gs, float theta, f
             float *w = tiny_tensor(m, layout[i], l, size);
             if (!w) {
                 for (uint64_t k = 0; k < size; k++) put_f32(&b, 0);
-            } else if (shape.is_matrix && version == 2) {
+            } else if (shape.is_matrix && version == 3 && shape.cols % 256 == 0) {
+                put_q4k(&b, w, size);
+            } else if (shape.is_matrix && version >= 2) {
                 put_quantized(&b, w, size, gs);
             } else {
                 put_floats(&b, w, size);
@@ -457,7 +525,7 @@ static void test_quantize(void) {
     double ref[D];
     for (int i = 0; i < D * N; i++) wq[i] = (int8_t)(lcg_uniform() * 127);
     for (int i = 0; i < D * N / GS; i++) ws[i] = 0.01f + fabsf(lcg_uniform()) / 50;
-    Matrix m = {NULL, wq, ws};
+    Matrix m = {NULL, wq, ws, GS, NULL};
     for (int i = 0; i < D; i++) {
         ref[i] = 0;
         for (int j = 0; j < N; j++) ref[i] += (double)wq[i * N + j] * ws[(i * N + j) / GS] * q[j] * scale[j / GS];
@@ -494,6 +562,54 @@ static void test_quantize_odd_values(void) {
               "%s quantize gives quantize's bytes for NaN, inf and a subnormal scale (190 -> %d vs %d)",
               kernel_sets[i]->name, q_fast[17], q[17]);
     }
+}
+
+/* q4k: half_to_float() against the fp16 definition for all 65536 numbers, and
+   matvec_q4k() against the dequantized weights' exact product with x. */
+static void test_q4k(void) {
+    int halves_ok = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint8_t bytes[2] = {(uint8_t)h, (uint8_t)(h >> 8)};
+        int exponent = h >> 10 & 31, mantissa = h & 1023;
+        double want = exponent == 0 ? ldexp(mantissa, -24) : exponent < 31 ? ldexp(1024 + mantissa, exponent - 25)
+                                                                          : mantissa ? NAN : INFINITY;
+        if (h & 0x8000) want = -want;
+        float got = half_to_float(bytes);
+        halves_ok &= isnan(want) ? isnan(got) : got == want && !signbit(got) == !signbit(want);
+    }
+    check(halves_ok, "half_to_float differs from the fp16 definition");
+
+    /* random blocks (any 6-bit scales and mins, any 4-bit values) */
+    seek_random(4096);
+    enum { N = 512, D = 5 };
+    uint8_t blocks[D * N / 256 * 144];
+    for (size_t i = 0; i < sizeof blocks; i++) blocks[i] = (uint8_t)(lcg_uniform() * 128 + 128);
+    for (int b = 0; b < D * N / 256; b++) { /* d and dmin: small positive fp16 numbers */
+        uint16_t d = half_bits(0.001f + fabsf(lcg_uniform()) / 100), dmin = half_bits(0.001f + fabsf(lcg_uniform()) / 200);
+        memcpy(blocks + 144 * b, &d, 2), memcpy(blocks + 144 * b + 2, &dmin, 2);
+    }
+    float *x = random_tensor(N, 2, 0), xs[N / 256], out[D];
+    int8_t xq[N];
+    quantize(xq, xs, x, N, 256);
+    Matrix m = {.q4k = blocks};
+    matvec_q4k(out, xq, xs, &m, N, 0, D);
+    double ref[D];
+    for (int i = 0; i < D; i++) {
+        ref[i] = 0;
+        for (int k = 0; k < N; k++) { /* weight k of row i, straight from the layout's definition */
+            const uint8_t *block = blocks + 144 * ((size_t)i * N / 256 + k / 256), *sc = block + 4;
+            int j = k % 256 / 32, l = k % 32, scale, min;
+            if (j < 4) scale = sc[j] & 63, min = sc[j + 4] & 63;
+            else scale = (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4, min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+            int q = j % 2 ? block[16 + 32 * (j / 2) + l] >> 4 : block[16 + 32 * (j / 2) + l] & 15;
+            double w = (double)half_to_float(block) * scale * q - (double)half_to_float(block + 2) * min;
+            ref[i] += w * xq[k] * xs[k / 256];
+        }
+    }
+    double worst = 0, largest = 0;
+    for (int i = 0; i < D; i++) worst = fmax(worst, fabs(out[i] - ref[i])), largest = fmax(largest, fabs(ref[i]));
+    check(worst <= 1e-5 * largest, "q4k matvec is off the dequantized product by %g (largest %g)", worst, largest);
+    free(x);
 }
 
 static void test_rope(void) {
@@ -890,6 +1006,14 @@ static void test_forward_matches_reference(void) {
               q_scale);
         test_batched_forward(p3, "v2");
         unlink(p3), free(p3), free(v2.data);
+        /* version 3 of this model: every matrix int8 (rows of 16 are no q4k blocks) */
+        Buffer v3 = write_checkpoint(&m, 3, 8, 0, 0);
+        char *p5 = write_temp(v3.data, v3.n);
+        double e5 = forward_error(p5, &m, 10000, 1e-5, &q_scale);
+        check(e5 < 0.1 * q_scale, "v3 int8 forward (shared=%d) is off the reference by %g (largest logit %g)", shared,
+              e5, q_scale);
+        test_batched_forward(p5, "v3 int8");
+        unlink(p5), free(p5), free(v3.data);
         /* Llama 3 RoPE scaling: with theta 4 and head size 4, pair 0 (wavelength
            2 pi) is in the smoothed band and pair 1 (4 pi) beyond original / low = 8,
            so the angles change by up to 5 * 0.375 rad over the six positions */
@@ -906,6 +1030,26 @@ static void test_forward_matches_reference(void) {
     }
 }
 
+/* Version 3 with q4k matrices: a model 256 wide (hidden 512), whose every
+   matrix is whole blocks; the embedding is read through q4k too. */
+static void test_q4k_model(void) {
+    seek_random(2600230);
+    for (int shared = 0; shared <= 1; shared++) {
+        TinyModel m = {.dim = 256, .hidden = 512, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = 8,
+                       .shared = shared};
+        random_weights(&m, 0.08f);
+        Buffer v3 = write_checkpoint(&m, 3, 32, 0, 0);
+        char *path = write_temp(v3.data, v3.n);
+        double scale = 0, e = forward_error(path, &m, 10000, 1e-5, &scale);
+        /* about 1% seen (int8 with group size 256 about the same); a misread block is 10% and more */
+        check(e < 0.04 * scale, "v3 q4k forward (shared=%d) is off the reference by %g (largest logit %g)", shared, e,
+              scale);
+        test_batched_forward(path, "v3 q4k");
+        unlink(path), free(path), free(v3.data);
+        free_tiny(&m);
+    }
+}
+
 /* A checkpoint error: exit 1 and one stderr line holding the path and `needle`. */
 static void expect_model_error(const char *what, const void *data, size_t n, const char *needle, const char *tokenizer) {
     char *path = write_temp(data, n);
@@ -915,6 +1059,53 @@ static void expect_model_error(const char *what, const void *data, size_t n, con
           "%s: want exit 1 and a line with '%s', got %d: %s", what, needle, r.status, r.err);
     unlink(path);
     free(path);
+}
+
+/* Version 3's type table and scales, damaged one way at a time. */
+static void test_v3_errors(const char *tokenizer) {
+    seek_random(2614550);
+    TinyModel tiny = tiny_model(0, 8), wide = {.dim = 256, .hidden = 512, .layers = 2, .heads = 4, .kv_heads = 2,
+                                               .vocab = 40, .seq_len = 8, .shared = 1};
+    random_weights(&wide, 0.08f);
+    Buffer good = write_checkpoint(&tiny, 3, 8, 0, 0), q4k = write_checkpoint(&wide, 3, 32, 0, 0);
+    size_t table = 256, entries = 1 + 7 * 2 + 1; /* tiny: separate classifier */
+    uint8_t *bad = malloc(good.n > q4k.n ? good.n : q4k.n);
+    struct {
+        const char *what, *needle;
+        size_t at;
+        int32_t value;
+    } damage[] = {
+        {"group size in a version 3 header", "must be 0 in version 3", 37, 8},
+        {"unknown type code", "token_embedding: unknown type code 7", table, 7},
+        {"int8 group size not dividing the rows", "wq of layer 1: int8 group size 5 does not divide", table + 8 * 2 + 4, 5},
+        {"q4k rows of 16 values", "wk of layer 0: q4k rows of 16 values are not whole blocks of 256", table + 8 * 3, TYPE_Q4K},
+        {"fp32 type with a group size", "wv of layer 1: group size 8, must be 0 for its type", table + 8 * 6, TYPE_FP32},
+    };
+    for (size_t k = 0; k < sizeof damage / sizeof damage[0]; k++) {
+        memcpy(bad, good.data, good.n);
+        memcpy(bad + damage[k].at, &damage[k].value, 4);
+        expect_model_error(damage[k].what, bad, good.n, damage[k].needle, tokenizer);
+    }
+    int32_t fp32_entry[2] = {TYPE_FP32, 0}; /* the classifier in fp32: the file is too short for it */
+    memcpy(bad, good.data, good.n);
+    memcpy(bad + table + 8 * 15, fp32_entry, 8);
+    expect_model_error("types that change the size", bad, good.n, "header describes", tokenizer);
+    expect_model_error("a truncated type table", good.data, table + 8 * entries - 4, "truncated type table", tokenizer);
+    /* a NaN int8 scale (the embedding's first), an infinite q4k d and a NaN dmin */
+    size_t tiny_weights = table + 8 * entries + 4 * (2 * 2 * 16 + 16), nan_bits = 0x7fc00000;
+    memcpy(bad, good.data, good.n);
+    memcpy(bad + tiny_weights + 40 * 16, &nan_bits, 4);
+    expect_model_error("a NaN int8 scale", bad, good.n, "token_embedding: a scale is not a finite number", tokenizer);
+    size_t wide_weights = table + 8 * (1 + 7 * 2) + 4 * (2 * 2 * 256 + 256);
+    memcpy(bad, q4k.data, q4k.n);
+    bad[wide_weights + 144 + 1] = 0x7c; /* the embedding's second block: d = infinity */
+    expect_model_error("an infinite q4k d", bad, q4k.n, "token_embedding: a scale is not a finite number", tokenizer);
+    memcpy(bad, q4k.data, q4k.n);
+    size_t last_block = q4k.n - 144;
+    bad[last_block + 3] = 0x7e; /* w3 of the last layer: dmin = NaN */
+    expect_model_error("a NaN q4k dmin", bad, q4k.n, "w3 of layer 1: a scale is not a finite number", tokenizer);
+    free(bad), free(good.data), free(q4k.data);
+    free_tiny(&tiny), free_tiny(&wide);
 }
 
 static void test_checkpoint_errors(const char *tokenizer) {
@@ -1539,6 +1730,31 @@ static void test_fast_quantize(void) {
           "quantize rounds .5 away from zero");
 }
 
+/* Each set's q4k matvec gives plain's bits, on random blocks. */
+static void test_fast_matvec_q4k(void) {
+    static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int n = shapes[k][0], d = shapes[k][1];
+        size_t bytes = (size_t)d * n / 256 * 144;
+        uint8_t *blocks = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++) blocks[i] = (uint8_t)(lcg_uniform() * 128 + 128);
+        for (size_t b = 0; b < bytes / 144; b++) {
+            uint16_t dd = half_bits(fabsf(lcg_uniform()) / 50), dmin = half_bits(fabsf(lcg_uniform()) / 50);
+            memcpy(blocks + 144 * b, &dd, 2), memcpy(blocks + 144 * b + 2, &dmin, 2);
+        }
+        float *x = random_tensor(n, 3, 0), *xs = malloc(n / 256 * sizeof(float));
+        int8_t *xq = malloc(n);
+        quantize(xq, xs, x, n, 256);
+        Matrix m = {.q4k = blocks};
+        float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
+        matvec_q4k(plain, xq, xs, &m, n, 0, d);
+        kernels->matvec_q4k(fast, xq, xs, &m, n, 0, d);
+        check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s q4k matvec (n %d, d %d) differs from plain",
+              kernels->name, n, d);
+        free(blocks), free(x), free(xs), free(xq), free(plain), free(fast);
+    }
+}
+
 static void test_fast_matvec_q8(void) {
     /* group size 32 with an odd number of groups (96, 288) failed on AVX-512 without VNNI; 48 takes the
        16-byte tail of the 32-byte int8 loops */
@@ -1551,7 +1767,7 @@ static void test_fast_matvec_q8(void) {
         float *ws = random_tensor((size_t)d * n / gs, 0.01f, 0.02f), *x = random_tensor(n, 3, 0), *xs = malloc(n / gs * sizeof(float));
         for (int i = 0; i < d * n; i++) wq[i] = (int8_t)(lcg_uniform() * 128); /* -128 included */
         quantize(xq, xs, x, n, gs);
-        Matrix m = {NULL, wq, ws};
+        Matrix m = {NULL, wq, ws, gs, NULL};
         float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
         matvec_q8(plain, xq, xs, &m, n, gs, 0, d);
         kernels->matvec_q8(fast, xq, xs, &m, n, gs, 0, d);
@@ -1566,9 +1782,10 @@ static void test_fast_matvec_q8(void) {
 static void test_batched_matmul(void) {
     /* version 2 (int8, the smallest group size tested) and 1 (fp32): the batch's buffers are for one or the other */
     Config c = {.dim = 96, .hidden_dim = 256, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 4,
-                .seq_len = 8, .version = 2, .group_size = 4, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+                .seq_len = 8, .version = 2, .group_size = 4, .smallest_group = 4, .rope_theta = 10000.0f,
+                .norm_eps = 1e-5f};
     Config c_fp32 = c;
-    c_fp32.version = 1;
+    c_fp32.version = 1, c_fp32.group_size = 0, c_fp32.smallest_group = 0, c_fp32.fp32_matrices = 1;
     int n_max = 256, d = 37;
     float *w = random_tensor((size_t)d * n_max, 1, 0), *x = random_tensor((size_t)MAX_BATCH * n_max, 1, 0);
     int8_t *wq = malloc((size_t)d * n_max), *xq = malloc(n_max);
@@ -1590,7 +1807,7 @@ static void test_batched_matmul(void) {
             for (size_t g = 0; g < sizeof shapes / sizeof shapes[0]; g++) {
                 int T = batch[k], n = shapes[g][0], gs = shapes[g][1];
                 Batch *b = gs ? &b_int8 : &b_fp32;
-                Matrix m = gs ? (Matrix){NULL, wq, ws} : (Matrix){w, NULL, NULL};
+                Matrix m = gs ? (Matrix){NULL, wq, ws, gs, NULL} : (Matrix){w, NULL, NULL, 0, NULL};
                 for (int t = 0; t < T; t++) {
                     if (gs == 0) {
                         matvec(plain + t * d, x + t * n, w, n, 0, d);
@@ -1603,7 +1820,7 @@ static void test_batched_matmul(void) {
                 memset(fast, 0, (size_t)MAX_BATCH * d * sizeof(float));
                 memset(fast16, 0, (size_t)MAX_BATCH * 16 * sizeof(float));
                 Projection proj[2] = {{&m, fast, d}, {&m, fast16, 16}};
-                matmul(b, x, n, T, gs, proj, 2);
+                matmul(b, x, n, T, proj, 2);
                 int same16 = 1;
                 for (int t = 0; t < T; t++) same16 &= memcmp(plain + t * d, fast16 + t * 16, 16 * sizeof(float)) == 0;
                 check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0 && same16,
@@ -1624,7 +1841,7 @@ static void test_batched_matmul(void) {
         float *w2 = random_tensor((size_t)D * N, 1, 0), *x2 = random_tensor((size_t)MAX_BATCH * N, 1, 0);
         float *want = calloc((size_t)MAX_BATCH * D, sizeof(float)), *a = calloc((size_t)MAX_BATCH * D, sizeof(float));
         float *b = calloc((size_t)MAX_BATCH * D, sizeof(float)), *small = calloc((size_t)MAX_BATCH * 16, sizeof(float));
-        Matrix m2 = {w2, NULL, NULL};
+        Matrix m2 = {w2, NULL, NULL, 0, NULL};
         for (int t = 0; t < MAX_BATCH; t++) matvec(want + t * D, x2 + t * N, w2, N, 0, D);
         start_threads(2);
         RunState s;
@@ -1634,7 +1851,7 @@ static void test_batched_matmul(void) {
         int same = 1;
         for (int rep = 0; rep < 200 && same; rep++) {
             Projection proj[3] = {{&m2, a, D}, {&m2, small, 16}, {&m2, b, D}};
-            matmul(&batch, x2, N, MAX_BATCH, 0, proj, 3);
+            matmul(&batch, x2, N, MAX_BATCH, proj, 3);
             same = memcmp(want, a, (size_t)MAX_BATCH * D * sizeof(float)) == 0 &&
                    memcmp(want, b, (size_t)MAX_BATCH * D * sizeof(float)) == 0;
         }
@@ -1760,6 +1977,7 @@ static void test_kernel_sets(void) {
         test_fast_matvec();
         test_fast_quantize();
         test_fast_matvec_q8();
+        test_fast_matvec_q4k();
         test_batched_matmul();
         test_attention_block();
         test_fast_softmax_swiglu();
@@ -3314,6 +3532,7 @@ int main(void) {
     test_matvec();
     test_quantize();
     test_quantize_odd_values();
+    test_q4k();
     test_rope();
     test_rope_scaling();
     test_attention();
@@ -3322,7 +3541,9 @@ int main(void) {
 
     /* checkpoints */
     test_forward_matches_reference();
+    test_q4k_model();
     test_checkpoint_errors(tokenizer);
+    test_v3_errors(tokenizer);
     test_small_vocab(tokenizer);
     test_shared_versions();
     test_demo_model();

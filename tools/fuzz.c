@@ -311,7 +311,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint64_t expected = 0;
     begin_capture();
     fail_jump = &jump;
-    if (setjmp(jump) == 0) expected = parse_header(&c, data, size < HEADER_SIZE ? size : HEADER_SIZE, "input");
+    if (setjmp(jump) == 0) expected = parse_header(&c, data, size, "input");
     fail_jump = NULL;
     end_capture();
     if (expected == 0 || expected == size || expected > (4u << 20) || size == 0) return 0;
