@@ -20,11 +20,16 @@ Models (need numpy; torch only where noted):
   python3 export.py model.bin --gguf model.gguf   # llama.cpp's GGUF (v2/v3), architecture llama: F32, F16,
                                                   #   BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K;
                                                   #   Q8_0 to --version 2 --group-size 32 is copied exactly
+  python3 export.py model.bin --gguf model-Q4_K_M.gguf --version 3
+                                                  # each matrix in its own type, losslessly where it can be:
+                                                  #   Q4_K copied as q4k, Q6_K as int8 per 16, Q8_0 and Q4_0
+                                                  #   as int8 per 32; the others requantized (and named)
 
 Options for models:
-  --version 0|1|2    output format (default 1): 0 = legacy llama2.c layout,
-                     1 = fp32 with a 256-byte header, 2 = int8 (Q8_0) with fp32 scales
-  --group-size G     quantization group for version 2 (default 64); when it does not
+  --version 0|1|2|3  output format (default 1): 0 = legacy llama2.c layout,
+                     1 = fp32 with a 256-byte header, 2 = int8 (Q8_0) with fp32 scales,
+                     3 = a type per matrix (int8, or q4k kept from the input)
+  --group-size G     quantization group for versions 2 and 3 (default 64); when it does not
                      divide dim and hidden_dim, the largest power of two below it that
                      does is used (with a note on stderr)
   --seq-len N        maximum sequence length to record (default: the model's own;
@@ -54,6 +59,12 @@ of each head are in interleaved-pair RoPE order (pair i = rows 2i, 2i+1).
       quantized tensor as int8 values followed by its fp32 scales (one per group of
       group_size consecutive values): token embedding, wq of every layer, wk, wv, wo,
       w1, w2, w3, classifier if not shared. scale = max|w|/127, q = round(w/scale).
+  v3: same header with version 3 and group_size 0; then a type table, two int32
+      (type, group size) per matrix in file order (token embedding, wq of each
+      layer, ..., w3, classifier if not shared): type 0 fp32, 1 int8 (group size:
+      values per scale), 2 q4k (group size 0); then the tensors in v2's order,
+      each matrix in its type: fp32; int8 values then fp32 scales; q4k its rows'
+      blocks of 256 weights in 144 bytes, llama.cpp's Q4_K byte for byte.
 The tensor order of each version is the table LAYOUTS below.
 """
 
@@ -486,6 +497,11 @@ LAYOUTS = {
         "output"),
 }
 LAYOUTS[2] = LAYOUTS[1]  # the same order, with the matrices in int8
+LAYOUTS[3] = LAYOUTS[1]  # the same order, each matrix in the type its table entry gives
+
+# version 3's type codes
+TYPE_FP32, TYPE_INT8, TYPE_Q4K = 0, 1, 2
+Q4K_BLOCK, Q4K_BLOCK_BYTES = 256, 144
 
 
 def layout(version, config):
@@ -497,9 +513,17 @@ def layout(version, config):
             yield name, layer
 
 
+def matrix_bytes(n, type_code, group_size):
+    """Bytes of n values of a version 3 type."""
+    if type_code == TYPE_INT8:
+        return n + 4 * (n // group_size)
+    return n // Q4K_BLOCK * Q4K_BLOCK_BYTES if type_code == TYPE_Q4K else 4 * n
+
+
 def is_quantized(version, name):
-    """Version 2 stores every matrix as int8 values plus fp32 scales; norms stay fp32."""
-    return version == 2 and name not in NORMS
+    """Version 2 stores every matrix as int8 values plus fp32 scales (version 3 as its
+    table says); norms stay fp32."""
+    return version >= 2 and name not in NORMS
 
 
 def import_numpy():
@@ -623,6 +647,20 @@ class Source:
         group size, to be copied exactly rather than quantized again (its shape checked
         by the source); else None."""
         return None
+
+    def exact_type(self, name, layer):
+        """Version 3: (type, group size) in which the source holds the matrix exactly
+        (q4k, or int8 at some group size), to be copied as it is; None: requantized."""
+        return None
+
+    def exact(self, name, layer):
+        """The matrix in exact_type()'s type: q4k blocks as bytes, or (int8 values,
+        fp32 scales)."""
+        raise NotImplementedError
+
+    def source_type(self, name, layer):
+        """The matrix's type in the input, for notes."""
+        return "fp32"
 
 
 def rotate_half_to_interleaved(w, n_heads):
@@ -947,7 +985,7 @@ class BinSource(Source):
             raise ExportError(f"{path}: too short for a checkpoint")
         magic, version = struct.unpack_from("<Ii", header, 0)
         if magic == MAGIC:
-            if version not in (1, 2):
+            if version not in (1, 2, 3):
                 raise ExportError(f"{path}: unknown checkpoint version {version}")
             self.version = version
             fields = struct.unpack_from("<7i", header, 8)
@@ -973,12 +1011,31 @@ class BinSource(Source):
         self.config.check()
         if self.version == 2 and (self.group_size <= 0 or dim % self.group_size or hidden % self.group_size):
             raise ExportError(f"{path}: bad group size {self.group_size}")
-        self.places = {}  # (name, layer) -> (offset, shape, quantized)
-        for name, layer in layout(self.version, self.config):
-            shape, quantized = self.config.shape(name), is_quantized(self.version, name)
-            self.places[name, layer] = (offset, shape, quantized)
+        tensors = list(layout(self.version, self.config))
+        types = {}  # (name, layer) -> (type, group size) of each matrix
+        if self.version == 3:
+            matrices = [t for t in tensors if t[0] not in NORMS]
+            with open(path, "rb") as f:
+                f.seek(offset)
+                table = f.read(8 * len(matrices))
+            if len(table) < 8 * len(matrices):
+                raise ExportError(f"{path}: truncated type table")
+            for k, key in enumerate(matrices):
+                t, g = struct.unpack_from("<ii", table, 8 * k)
+                cols = self.config.shape(key[0])[1]
+                if not (t == TYPE_FP32 and g == 0 or t == TYPE_INT8 and g > 0 and cols % g == 0
+                        or t == TYPE_Q4K and g == 0 and cols % Q4K_BLOCK == 0):
+                    raise ExportError(f"{path}: {key[0]} of layer {key[1]}: bad type {t} / group size {g}")
+                types[key] = (t, g)
+            offset += len(table)
+        elif self.version == 2:
+            types = {t: (TYPE_INT8, self.group_size) for t in tensors if t[0] not in NORMS}
+        self.places = {}  # (name, layer) -> (offset, shape, (type, group size))
+        for name, layer in tensors:
+            shape, (t, g) = self.config.shape(name), types.get((name, layer), (TYPE_FP32, 0))
+            self.places[name, layer] = (offset, shape, (t, g))
             n = math.prod(shape)
-            offset += n + 4 * (n // self.group_size) if quantized else 4 * n
+            offset += matrix_bytes(n, t, g)
         size = os.path.getsize(path)
         if offset != size:
             raise ExportError(f"{path}: file is {size} bytes, the header says {offset}")
@@ -986,18 +1043,39 @@ class BinSource(Source):
         self.config.seq_len = seq_len or seq
         self.config.check()
 
-    def load(self, name, layer):
-        np = self.np
+    def _place(self, name, layer):
         if name == "output" and self.config.shared_classifier:
             name = "tok_embeddings"
-        offset, shape, quantized = self.places[name, layer]
+        return self.places[name, layer]
+
+    def load(self, name, layer):
+        np = self.np
+        offset, shape, (t, g) = self._place(name, layer)
         n = math.prod(shape)
-        if not quantized:
+        if t == TYPE_FP32:
             return np.fromfile(self.path, dtype="<f4", count=n, offset=offset).reshape(shape)
+        if t == TYPE_Q4K:
+            return dequantize_q4_k(self.exact(name, layer)).reshape(shape)
+        q, scales = self.exact(name, layer)
+        return (q.astype(np.float32).reshape(-1, g) * scales[:, None]).reshape(shape)
+
+    def source_type(self, name, layer):
+        t, g = self._place(name, layer)[2]
+        return {TYPE_FP32: "fp32", TYPE_INT8: f"int8/{g}", TYPE_Q4K: "q4k"}[t]
+
+    def exact_type(self, name, layer):
+        kind = self._place(name, layer)[2]
+        return kind if kind[0] != TYPE_FP32 else None
+
+    def exact(self, name, layer):
+        np = self.np
+        offset, shape, (t, g) = self._place(name, layer)
+        n = math.prod(shape)
+        if t == TYPE_Q4K:
+            count = n // Q4K_BLOCK * Q4K_BLOCK_BYTES
+            return np.fromfile(self.path, dtype=np.uint8, count=count, offset=offset).reshape(-1, Q4K_BLOCK_BYTES)
         q = np.fromfile(self.path, dtype=np.int8, count=n, offset=offset)
-        scales = np.fromfile(self.path, dtype="<f4", count=n // self.group_size, offset=offset + n)
-        w = q.astype(np.float32).reshape(-1, self.group_size) * scales[:, None]
-        return w.reshape(shape)
+        return q, np.fromfile(self.path, dtype="<f4", count=n // g, offset=offset + n)
 
 
 # ---------------------------------------------------------------------------
@@ -1268,18 +1346,25 @@ def dequantize_q5_k(b):
     return (scale[:, :, None] * (low | high) - minimum[:, :, None]).reshape(-1, 256)
 
 
-def dequantize_q6_k(b):
-    """256 values as two halves of 128: bytes 0-127 the low 4 bits (64 per half), 128-191
-    the top 2 bits (32 per half), 192-207 an int8 scale per 16 values, 208-209 fp16 d.
-    In a half, value 32 * k + l (k = 0..3) has the low (k < 2) or high nibble of low byte
-    l + 32 * (k % 2), and bits 2k, 2k + 1 of high byte l; it is d * scale * (q - 32)."""
+def q6_k_parts(b):
+    """Q6_K as int8 values q - 32 [n][16][16] and the fp32 scale d * scale of each 16
+    [n][16] (exact: an fp16 times an int8). 256 values as two halves of 128: bytes 0-127
+    the low 4 bits (64 per half), 128-191 the top 2 bits (32 per half), 192-207 an int8
+    scale per 16 values, 208-209 fp16 d. In a half, value 32 * k + l (k = 0..3) has the
+    low (k < 2) or high nibble of low byte l + 32 * (k % 2), and bits 2k, 2k + 1 of high
+    byte l."""
     np = import_numpy()
     ql = b[:, 0:128].reshape(-1, 2, 2, 32)
     qh = b[:, 128:192].reshape(-1, 2, 1, 32)
     low = np.stack([ql[:, :, 0] & 0xF, ql[:, :, 1] & 0xF, ql[:, :, 0] >> 4, ql[:, :, 1] >> 4], axis=2)
     high = (qh >> np.array([0, 2, 4, 6], np.uint8)[None, None, :, None]) & 3
     q = ((low | (high << 4)).astype(np.int8) - np.int8(32)).reshape(-1, 16, 16)
-    scale = f16_field(b, 208) * b[:, 192:208].view(np.int8)
+    return q, f16_field(b, 208) * b[:, 192:208].view(np.int8)
+
+
+def dequantize_q6_k(b):
+    """d * scale * (q - 32) (see q6_k_parts)."""
+    q, scale = q6_k_parts(b)
     return (scale[:, :, None] * q).reshape(-1, 256)
 
 
@@ -1537,6 +1622,31 @@ class GGUFSource(Source):
         blocks = self.gguf.blocks(tensor)
         return np.ascontiguousarray(blocks[:, 2:]).view(np.int8), f16_field(blocks, 0).ravel()
 
+    # Version 3 keeps these types exactly: Q4_K as it is; Q8_0 (q * d), Q4_0 ((q - 8) * d)
+    # and Q6_K (d * scale * (q - 32), d * scale exact in fp32) as int8 with their scales.
+    EXACT_TYPES = {"Q4_K": (TYPE_Q4K, 0), "Q8_0": (TYPE_INT8, 32), "Q4_0": (TYPE_INT8, 32), "Q6_K": (TYPE_INT8, 16)}
+
+    def source_type(self, name, layer):
+        return GGML_TYPES[self.gguf.tensors[self._name(name, layer)].type][0]
+
+    def exact_type(self, name, layer):
+        return self.EXACT_TYPES.get(self.source_type(name, layer))
+
+    def exact(self, name, layer):
+        np = import_numpy()
+        tensor = self.gguf.tensors[self._name(name, layer)]
+        kind = GGML_TYPES[tensor.type][0]
+        self.gguf.release()
+        blocks = self.gguf.blocks(tensor)
+        if kind == "Q4_K":
+            return blocks.tobytes()
+        if kind == "Q8_0":
+            return self.q80(name, layer, 32)
+        if kind == "Q4_0":
+            return (nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8)).ravel(), f16_field(blocks, 0).ravel()
+        q, scale = q6_k_parts(blocks)
+        return q.ravel(), scale.ravel()
+
 
 # ===========================================================================
 # Writers
@@ -1623,12 +1733,22 @@ def write_checkpoint(source, out, version, group_size=0):
         out.write(header_v0(c))
         computed = rope_tables(c)
     else:
-        out.write(header_v1(c, version, group_size))
+        out.write(header_v1(c, version, group_size if version == 2 else 0))
         computed = {}
     tensors = list(layout(version, c))
+    types = {}
+    if version == 3:  # the type table: what the source holds exactly is kept, the rest is int8
+        for name, layer in tensors:
+            if name not in NORMS:
+                types[name, layer] = source.exact_type(name, layer) or (TYPE_INT8, group_size)
+                out.write(struct.pack("<ii", *types[name, layer]))
     for i, (name, layer) in enumerate(tensors, 1):
         if name in computed:
             out.write(computed[name])
+        elif (name, layer) in types and types[name, layer] == source.exact_type(name, layer):
+            data = source.exact(name, layer)
+            for part in (data,) if types[name, layer][0] == TYPE_Q4K else data:
+                out.write(part)
         elif is_quantized(version, name):
             exact = source.q80(name, layer, group_size)
             q, scale = exact if exact is not None else quantize_q80(source.tensor(name, layer), group_size)
@@ -1641,7 +1761,31 @@ def write_checkpoint(source, out, version, group_size=0):
                   end="\n" if i == len(tensors) else "", file=sys.stderr, flush=True)
 
 
+def requantized_note(source, group_size):
+    """Version 3: which matrices the source does not hold in a type kept exactly."""
+    by_kind = {}
+    for name, layer in layout(3, source.config):
+        if name not in NORMS and source.exact_type(name, layer) is None:
+            by_kind.setdefault((name, source.source_type(name, layer)), []).append(layer)
+    parts = [f"{name}{'' if layers == [None] else ' of layers ' + ', '.join(map(str, layers))} ({kind})"
+             for (name, kind), layers in by_kind.items()]
+    return f"quantized to int8 (group size {group_size}): {'; '.join(parts)}" if parts else None
+
+
 def export_model(source, out, version, group_size):
+    if version == 3:
+        group_size = choose_group_size(group_size, source.config)
+        message = requantized_note(source, group_size)
+        if message:
+            note(message)
+        write_checkpoint(source, out, 3, group_size)
+        kinds = {}
+        for name, layer in layout(3, source.config):
+            if name not in NORMS:
+                t, g = source.exact_type(name, layer) or (TYPE_INT8, group_size)
+                label = "q4k" if t == TYPE_Q4K else f"int8/{g}"
+                kinds[label] = kinds.get(label, 0) + 1
+        return f"version 3 ({', '.join(f'{n} {k}' for k, n in kinds.items())}), {source.config}"
     if version != 2:
         write_checkpoint(source, out, version)
         return f"version {version}, {source.config}"
@@ -1682,9 +1826,10 @@ def main(argv=None):
     source.add_argument("--bin", metavar="FILE", help="a checkpoint run.c reads (version 0, 1 or 2)")
     source.add_argument("--gguf", metavar="FILE", help="a GGUF file of architecture llama (llama.cpp's format)")
     source.add_argument("--tokenizer", metavar="FILE", help="tokenizer.model, tokenizer.json or a GGUF file")
-    parser.add_argument("--version", type=int, choices=(0, 1, 2), default=1,
+    parser.add_argument("--version", type=int, choices=(0, 1, 2, 3), default=1,
                         help="output checkpoint version (default 1)")
-    parser.add_argument("--group-size", type=int, default=64, help="version 2 group size (default 64)")
+    parser.add_argument("--group-size", type=int, default=64,
+                        help="int8 group size of versions 2 and 3 (default 64)")
     parser.add_argument("--seq-len", type=int, default=None,
                         help="sequence length to record (default: the model's; 4096 for --meta)")
     args = parser.parse_args(argv)

@@ -1825,6 +1825,10 @@ typedef struct {
                               int begin, int end);
     void (*matmul_q8_tokens)(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
                              int group_size, int T, int begin, int end);
+    /* the same for q4k weights, on quantize()'s values and scales (group size
+       Q4K_BLOCK) and the inputs' sums over every 32 (q4k_input_sums()) */
+    void (*matmul_q4k_tokens)(float *out, size_t out_stride, const int8_t *xq, const float *xs, const int16_t *x_sums,
+                              const Matrix *w, int n, int T, int begin, int end);
 } KernelSet;
 
 static int cpu_has_always(void) { return 1; }
@@ -1844,6 +1848,18 @@ static const KernelSet plain_kernels = {
     .name = "plain", .cpu_has = cpu_has_always, .matvec = matvec, .quantize = quantize, .matvec_q8 = matvec_q8,
     .matvec_q4k = matvec_q4k, .softmax = softmax, .swiglu = swiglu, .attention_block = attention_block_plain,
 };
+
+/* The sums of tokens [first, last)'s int8 inputs over each 32 (the q4k
+   sub-blocks, whose mins multiply them), int16 sums[t * (n / 32) + s]. */
+static void q4k_input_sums(void *scratch, const int8_t *xq, int n, int first, int last) {
+    int16_t *sums = scratch;
+    for (int t = first; t < last; t++)
+        for (int s = 0; s < n / 32; s++) {
+            int sum = 0; /* at most 32 * 127 */
+            for (int k = 0; k < 32; k++) sum += xq[(size_t)t * n + 32 * s + k];
+            sums[(size_t)t * (n / 32) + s] = (int16_t)sum;
+        }
+}
 
 /* The matvec kernels walk blocks of rows, 64 bytes of each at a time, and ask
    for data ahead of the hardware prefetcher: the same columns of the next block
@@ -2238,6 +2254,113 @@ dot8_vnni(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
     bias = _mm_add_epi32(bias, _mm_shuffle_epi32(bias, 0x4E));
     bias = _mm_slli_epi32(_mm_add_epi32(bias, _mm_shuffle_epi32(bias, 0xB1)), 7);
     *total = (i32x8)_mm256_sub_epi32(row_totals_avx2(acc), _mm256_set_m128i(bias, bias));
+}
+
+/* *dot: the sum of acc's 8 lanes; *mins: the sum of min_products's 4. */
+static inline __attribute__((always_inline)) AVX2 void q4k_totals(__m256i acc, __m128i min_products, int32_t *dot,
+                                                                  int32_t *mins) {
+    __m128i halves = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    __m128i pairs = _mm_hadd_epi32(halves, min_products); /* dot's two halves, then mins' */
+    pairs = _mm_hadd_epi32(pairs, pairs);
+    *dot = _mm_cvtsi128_si32(pairs);
+    *mins = _mm_extract_epi32(pairs, 1);
+}
+
+/* Blocks of a q4k row whose inputs' sub-block sums are kept on the stack at
+   once (a row of 16384 values: wider ones take their rows in turn per chunk). */
+#define Q4K_CHUNK 64
+
+/* matvec_q4k() for x86: a pair of sub-blocks is 32 bytes of 4-bit values;
+   vpmaddubsw multiplies them (unsigned, 0-15) by the int8 inputs and adds
+   pairs (at most 2 * 15 * 127), vpmaddwd applies the sub-block's scale. The
+   integer sums are exact, and the floats are combined as in the plain kernel,
+   so the results are its bits. The inputs' sub-block sums, for the mins, are
+   the same for every row: taken once per chunk of blocks. */
+static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                 int end) {
+    const __m256i low_nibbles = _mm256_set1_epi8(15);
+    int blocks = n / Q4K_BLOCK;
+    for (int c0 = 0; c0 < blocks; c0 += Q4K_CHUNK) {
+        int c1 = blocks - c0 < Q4K_CHUNK ? blocks : c0 + Q4K_CHUNK;
+        int16_t x_sums[Q4K_CHUNK * 8];
+        q4k_input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 0, 1);
+        for (int i = begin; i < end; i++) {
+            const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
+            float val = c0 ? out[i] : 0.0f;
+            for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
+                const int8_t *x = xq + (size_t)Q4K_BLOCK * b;
+                __m256i acc = _mm256_setzero_si256();
+                int16_t mins[8];
+                for (int pair = 0; pair < 4; pair++) {
+                    int scale_lo, min_lo, scale_hi, min_hi;
+                    q4k_scale_min(block + 4, 2 * pair, &scale_lo, &min_lo);
+                    q4k_scale_min(block + 4, 2 * pair + 1, &scale_hi, &min_hi);
+                    mins[2 * pair] = (int16_t)min_lo, mins[2 * pair + 1] = (int16_t)min_hi;
+                    __m256i q = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
+                    __m256i lo = _mm256_and_si256(q, low_nibbles);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles);
+                    __m256i x_lo = _mm256_loadu_si256((const __m256i *)(x + 64 * pair));
+                    __m256i x_hi = _mm256_loadu_si256((const __m256i *)(x + 64 * pair + 32));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo),
+                                                                  _mm256_set1_epi16((short)scale_lo)));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi),
+                                                                  _mm256_set1_epi16((short)scale_hi)));
+                }
+                __m128i min_products = _mm_madd_epi16(_mm_loadu_si128((const __m128i *)mins),
+                                                      _mm_loadu_si128((const __m128i *)(x_sums + 8 * (b - c0))));
+                int32_t dot, min_total;
+                q4k_totals(acc, min_products, &dot, &min_total);
+                val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)min_total);
+            }
+            out[i] = val;
+        }
+    }
+}
+
+/* matvec_q4k_avx2() for T tokens at once: out[t * out_stride + i] = W[i] . x[t]
+   for rows [begin, end), x being T rows of n int8 inputs with their scales and
+   their sums over each sub-block of 32 (q4k_input_sums()). Each block's values
+   are unpacked once for all the tokens; each token's floats are combined as in
+   the plain kernel. */
+static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int8_t *xq, const float *xs,
+                                        const int16_t *x_sums, const Matrix *w, int n, int T, int begin, int end) {
+    const __m256i low_nibbles = _mm256_set1_epi8(15);
+    int blocks = n / Q4K_BLOCK;
+    float val[MAX_BATCH];
+    for (int i = begin; i < end; i++) {
+        const uint8_t *block = w->q4k + (size_t)i * blocks * Q4K_BLOCK_BYTES;
+        for (int t = 0; t < T; t++) val[t] = 0.0f;
+        for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES) {
+            int scale, min;
+            int16_t mins[8];
+            __m256i q[8], scales[8];
+            for (int j = 0; j < 8; j++) {
+                q4k_scale_min(block + 4, j, &scale, &min);
+                scales[j] = _mm256_set1_epi16((short)scale);
+                mins[j] = (int16_t)min;
+            }
+            __m128i min_vector = _mm_loadu_si128((const __m128i *)mins);
+            for (int pair = 0; pair < 4; pair++) {
+                __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
+                q[2 * pair] = _mm256_and_si256(bytes, low_nibbles);
+                q[2 * pair + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibbles);
+            }
+            float d = half_to_float(block), dmin = half_to_float(block + 2);
+            for (int t = 0; t < T; t++) {
+                const int8_t *x = xq + (size_t)t * n + (size_t)Q4K_BLOCK * b;
+                __m256i acc = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    __m256i products = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(x + 32 * j)));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(products, scales[j]));
+                }
+                __m128i sums = _mm_loadu_si128((const __m128i *)(x_sums + (size_t)t * (n / 32) + 8 * b));
+                int32_t dot, mins;
+                q4k_totals(acc, _mm_madd_epi16(min_vector, sums), &dot, &mins);
+                val[t] += xs[(size_t)t * blocks + b] * (d * (float)dot - dmin * (float)mins);
+            }
+        }
+        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = val[t];
+    }
 }
 
 static AVX2 void pair_avx2(i32x8 *acc, const int16_t *x, int32_t w_pair) {
@@ -3505,7 +3628,8 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
    block (and 8 * V rows per matvec step), R rows per batched fp32 block and
    R8 per int8 one; quantize_fn and attention_fn are its quantize and
    attention_block. */
-#define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, dot8, pair, quantize_fn, attention_fn) \
+#define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, dot8, pair, quantize_fn, attention_fn, q4k_fn, \
+                         q4k_tokens_fn) \
     static TARGET void matvec_##set(float *out, const float *x, const float *w, int n, int begin, int end) { \
         matvec_body(out, x, w, n, begin, end, V, transpose); \
     } \
@@ -3530,10 +3654,10 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
     static TARGET void swiglu_##set(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, exp8); } \
     static const KernelSet set##_kernels = { \
         .name = #set, .cpu_has = cpu, .matvec = matvec_##set, .quantize = quantize_fn, \
-        .matvec_q8 = matvec_q8_##set, .matvec_q4k = matvec_q4k, .softmax = softmax_##set, .swiglu = swiglu_##set, \
+        .matvec_q8 = matvec_q8_##set, .matvec_q4k = q4k_fn, .softmax = softmax_##set, .swiglu = swiglu_##set, \
         .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
         .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_pairs_##set, \
-        .matmul_q8_tokens = matmul_q8_tokens_##set, \
+        .matmul_q8_tokens = matmul_q8_tokens_##set, .matmul_q4k_tokens = q4k_tokens_fn, \
     };
 
 /* The 8-lane quantize() and attention of one target: queries 4 at a time,
@@ -3572,13 +3696,13 @@ static int cpu_has_avx2(void) {
    1 vector of tokens; expf() per lane; Part I's quantize and attention (the
    8-lane ones spill: stories110M int8 prefill 94 against 130 tok/s). */
 KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, dot8_sse, pair_sse, quantize,
-                 attention_block_plain)
+                 attention_block_plain, matvec_q4k, NULL)
 
 /* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
    tokens of sums. */
 QUANTIZE_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2)
 KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, dot8_avx2, pair_avx2, quantize_avx2,
-                 attention_block_avx2)
+                 attention_block_avx2, matvec_q4k_avx2, matmul_q4k_tokens_avx2)
 
 /* The AVX-512 sets decode int8 with the 8-row kernel too: decoding is
    memory-bound, and 8 rows at a time read memory faster than 16. */
@@ -3589,20 +3713,22 @@ static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, c
 
 static const KernelSet avx512_kernels = {
     .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k,
+    .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k_avx2,
     .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 2,
     .prepare_q8_tokens = prepare_q8_madd, .matmul_q8_tokens = matmul_q8_tokens_avx512,
+    .matmul_q4k_tokens = matmul_q4k_tokens_avx2,
 };
 
 static const KernelSet vnni_kernels = {
     .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k,
+    .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k_avx2,
     .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
+    .matmul_q4k_tokens = matmul_q4k_tokens_avx2,
 };
 #endif
 
@@ -3611,7 +3737,7 @@ static const KernelSet vnni_kernels = {
    with NEON's fused multiply-add. */
 QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
 KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, dot8_neon, pair_neon, quantize_neon,
-                 attention_block_neon)
+                 attention_block_neon, matvec_q4k, NULL)
 #endif
 
 /* Every set this build has, slowest first. */
@@ -3737,7 +3863,8 @@ static void quantize_task(void *ctx, int begin, int end, int thread) {
     (void)thread;
     kernels->quantize(b->xq + (size_t)first * n, b->xq_scale + (size_t)first * (n / gs), job->x + (size_t)first * n,
                       (last - first) * n, gs);
-    if (job->batched) kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, gs, job->T, 16 * begin, 16 * end);
+    if (job->batched && job->proj[0].w->q4k) q4k_input_sums(b->q8_tokens, b->xq, n, first, last);
+    else if (job->batched) kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, gs, job->T, 16 * begin, 16 * end);
 }
 
 /* Rows [begin, end) of one projection; out_t is its own scratch area. */
@@ -3745,7 +3872,9 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
     Batch *b = job->b;
     const Matrix *w = proj->w;
     int n = job->n, T = job->T, gs = job->group_size, d = proj->d;
-    if (job->batched && w->q) {
+    if (job->batched && w->q4k) {
+        kernels->matmul_q4k_tokens(proj->out, d, b->xq, b->xq_scale, b->q8_tokens, w, n, T, begin, end);
+    } else if (job->batched && w->q) {
         kernels->matmul_q8_tokens(proj->out, d, out_t, b->q8_tokens, w, n, gs, T, begin, end);
     } else if (job->batched) {
         kernels->matmul_tokens(proj->out, d, out_t, b->x_t, w->f32, n, T, begin, end);
@@ -3799,7 +3928,8 @@ static void matmul(Batch *b, const float *x, int n, int T, const Projection *pro
     }
     MatmulJob job = {b, x, n, T, group_size, 0, proj, count};
     if (group_size) {
-        job.batched = T > 1 && proj[0].w->q && kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0;
+        job.batched = T > 1 && (proj[0].w->q4k ? kernels->matmul_q4k_tokens != NULL
+                                               : kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0);
         /* a division and some twenty other steps per value: as slow as about 16 multiply-adds */
         parallel_for(quantize_task, &job, (T + 15) / 16, 16.0 * T * n);
     } else {

@@ -1732,7 +1732,8 @@ static void test_fast_quantize(void) {
 
 /* Each set's q4k matvec gives plain's bits, on random blocks. */
 static void test_fast_matvec_q4k(void) {
-    static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}};
+    /* 17920: more blocks than Q4K_CHUNK */
+    static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}, {17920, 3}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int n = shapes[k][0], d = shapes[k][1];
         size_t bytes = (size_t)d * n / 256 * 144;
@@ -1792,7 +1793,13 @@ static void test_batched_matmul(void) {
     float *ws = random_tensor((size_t)d * n_max / 4, 0.01f, 0.02f), *xs = malloc(n_max / 4 * sizeof(float));
     for (int i = 0; i < d * n_max; i++) wq[i] = (int8_t)(lcg_uniform() * 128);
     float *plain = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast = calloc((size_t)MAX_BATCH * d, sizeof(float));
-    float *fast16 = calloc((size_t)MAX_BATCH * 16, sizeof(float));
+    float *fast16 = calloc((size_t)MAX_BATCH * 16, sizeof(float)), *plain16 = calloc((size_t)MAX_BATCH * d, sizeof(float));
+    uint8_t *q4k_blocks = malloc((size_t)d * 144); /* d rows of one block: random scales and values, small d and dmin */
+    for (int i = 0; i < d * 144; i++) q4k_blocks[i] = (uint8_t)(lcg_uniform() * 128 + 128);
+    for (int i = 0; i < d; i++) {
+        uint16_t scale_bits = half_bits(0.002f + fabsf(lcg_uniform()) / 100);
+        memcpy(q4k_blocks + 144 * i, &scale_bits, 2), memcpy(q4k_blocks + 144 * i + 2, &scale_bits, 2);
+    }
     static const int batch[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, MAX_BATCH}; /* 2-8: the few-token paths */
     /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step */
     static const int shapes[][2] = {{192, 0}, {192, 4}, {192, 32}, {192, 64}, {200, 0}, {200, 4}, {200, 8}, {256, 128}};
@@ -1827,6 +1834,23 @@ static void test_batched_matmul(void) {
                       "%s batched matmul of %d tokens (width %d, group size %d, 0 = fp32) on %d threads differs from plain matvecs",
                       kernels->name, T, n, gs, threads);
             }
+            /* q4k beside int8 (group 4) on the same input: matmul() quantizes it for each */
+            int T = batch[k];
+            Matrix m4 = {.q4k = q4k_blocks}, m8 = {NULL, wq, ws, 4, NULL};
+            for (int t = 0; t < T; t++) {
+                quantize(xq, xs, x + t * 256, 256, 256);
+                matvec_q4k(plain + t * d, xq, xs, &m4, 256, 0, d);
+                quantize(xq, xs, x + t * 256, 256, 4);
+                matvec_q8(plain16 + t * d, xq, xs, &m8, 256, 4, 0, d);
+            }
+            float *fast8 = calloc((size_t)MAX_BATCH * d, sizeof(float));
+            Projection mixed[2] = {{&m4, fast, d}, {&m8, fast8, d}};
+            matmul(&b_int8, x, 256, T, mixed, 2);
+            check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0 &&
+                  memcmp(plain16, fast8, (size_t)T * d * sizeof(float)) == 0,
+                  "%s batched q4k and int8 matmul of %d tokens on %d threads differ from plain matvecs", kernels->name, T,
+                  threads);
+            free(fast8);
         }
         free_batch(&b_int8);
         free_batch(&b_fp32);
@@ -1861,7 +1885,8 @@ static void test_batched_matmul(void) {
         stop_threads();
         free(w2), free(x2), free(want), free(a), free(b), free(small);
     }
-    free(w), free(x), free(wq), free(xq), free(ws), free(xs), free(plain), free(fast), free(fast16);
+    free(w), free(x), free(wq), free(xq), free(ws), free(xs), free(plain), free(fast), free(fast16), free(plain16);
+    free(q4k_blocks);
 }
 
 /* Query heads of several tokens sharing a KV head, all at once, against

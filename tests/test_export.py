@@ -75,7 +75,7 @@ except ImportError:
     torch = None
 
 # after the numpy check above: gguf_reference needs numpy
-from gguf_reference import (F32, REFERENCE_DEQUANT, bf16_round, gguf_encode, gguf_llama_kv, gguf_llama_tensors, half,
+from gguf_reference import (F32, GGUF_LAYER, REFERENCE_DEQUANT, bf16_round, gguf_encode, gguf_llama_kv, gguf_llama_tensors, half,
                             llama2_vocab_kv, llama3_rope_factors, llama3_vocab_kv, llama_permute, random_blocks,
                             read_gguf, ref_blocks, write_gguf)
 
@@ -1763,6 +1763,129 @@ def test_gguf_llama3():
        f"HF {a!r}\n      GGUF {b!r} {err_b[-300:]}")
 
 
+# Q4_K_M's mix (llama.cpp: Q4_K, with Q6_K for attn_v, some ffn_down and the classifier),
+# here with a Q8_0, a Q4_0 and an F16 matrix besides; None: F32 (norms)
+Q4_K_M_TYPES = {("attn_q", 0): "Q4_K", ("attn_k", 0): "Q4_K", ("attn_v", 0): "Q6_K", ("attn_output", 0): "Q4_K",
+                ("ffn_gate", 0): "Q4_K", ("ffn_up", 0): "Q4_K", ("ffn_down", 0): "Q6_K",
+                ("attn_q", 1): "Q4_K", ("attn_k", 1): "Q8_0", ("attn_v", 1): "Q4_0", ("attn_output", 1): "F16",
+                ("ffn_gate", 1): "Q4_K", ("ffn_up", 1): "Q4_K", ("ffn_down", 1): "Q4_K"}
+V3_ORDER = ["token_embd", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_down", "ffn_up", "output"]
+
+
+def read_v3(file):
+    """A version 3 file as export.py's docstring describes it: header, the type table,
+    and each matrix by GGUF name as ("q4k", block bytes), ("int8", q, scales, group
+    size) or ("fp32", values); whether the sizes add up to the file's."""
+    h = read_checkpoint_header(file)
+    dim, hidden, layers, heads, kvh, vocab, _ = h["config"]
+    per_layer, single = gguf_shapes(dim, hidden, layers, heads, kvh, vocab)
+    with open(file, "rb") as f:
+        data = f.read()
+    names = []
+    for short in V3_ORDER:
+        if short == "output" and h["shared"]:
+            continue
+        names += [f"blk.{i}.{short}.weight" for i in range(layers)] if short in per_layer else [f"{short}.weight"]
+    table = [struct.unpack_from("<ii", data, 256 + 8 * k) for k in range(len(names))]
+    pos = 256 + 8 * len(names) + 4 * (2 * layers * dim + dim)  # the norms
+    out = {}
+    for name, (t, g) in zip(names, table):
+        short = name.split(".")[-2]
+        rows, cols = per_layer.get(short) or single[short]
+        n = rows * cols
+        if t == 2:
+            out[name] = ("q4k", data[pos:pos + n // 256 * 144])
+            pos += n // 256 * 144
+        elif t == 1:
+            out[name] = ("int8", np.frombuffer(data, np.int8, n, pos), np.frombuffer(data, "<f4", n // g, pos + n), g)
+            pos += n + 4 * (n // g)
+        else:
+            out[name] = ("fp32", np.frombuffer(data, "<f4", n, pos))
+            pos += 4 * n
+    return h, table, out, pos == len(data)
+
+
+def test_gguf_q4_k_m(tokenizer):
+    """--version 3 from a GGUF of Q4_K_M's types: Q4_K blocks copied byte for byte,
+    Q6_K, Q8_0 and Q4_0 as int8 whose values times scales are the reference
+    dequantizer's, bit for bit; the F16 matrix requantized, and named; ./run's
+    greedy text equals the numpy reference on the GGUF's weights; --bin reads the
+    file back (to fp32, and to itself)."""
+    cfg = hf_config(dim=256, heads=4, kv_heads=2, layers=2, vocab=32000, hidden=512, tied=True)
+    raw = make_hf_weights(seed=26, dim=256, heads=4, kv_heads=2, layers=2, vocab=32000, hidden=512, tied=True)
+    weights, tensors = dict(raw), []  # weights: what the GGUF holds, dequantized, in Hugging Face's order
+    t_emb = "Q4_K"
+    emb = gguf_encode(raw["model.embed_tokens.weight"], t_emb)
+    weights["model.embed_tokens.weight"] = REFERENCE_DEQUANT[t_emb](emb)[0].reshape(32000, 256)
+    tensors.append(("token_embd.weight", (32000, 256), t_emb, emb))
+    for i in range(2):
+        for short, hf in GGUF_LAYER:
+            key = f"model.layers.{i}.{hf}.weight"
+            w, t = raw[key], Q4_K_M_TYPES.get((short, i), "F32")
+            heads = {"attn_q": 4, "attn_k": 2}.get(short)
+            stored_w = llama_permute(w, heads) if heads else w
+            data = gguf_encode(stored_w, t)
+            tensors.append((f"blk.{i}.{short}.weight", w.shape, t, data))
+            if t != "F32":
+                weights[key] = REFERENCE_DEQUANT[t](gguf_encode(w, t))[0].reshape(w.shape)
+    tensors.append(("output_norm.weight", (256,), "F32", gguf_encode(raw["model.norm.weight"], "F32")))
+    gguf = path("q4_k_m.gguf")
+    write_gguf(gguf, gguf_llama_kv(cfg, 15), tensors, version=3)
+    out = path("q4_k_m.v3.bin")
+    rc, err = export(out, "--gguf", gguf, "--version", "3")
+    if not ok("GGUF of Q4_K_M's types -> --version 3", rc == 0, err.strip()[-400:]):
+        return
+    ok("--version 3 names the matrix it requantizes (attn_output of layer 1, F16) and no other",
+       "quantized to int8 (group size 64): wo of layers 1 (F16)" in err and err.count(" of layers ") == 1, err)
+    h, table, got, size_ok = read_v3(out)
+    kinds = {"Q4_K": (2, 0), "Q6_K": (1, 16), "Q8_0": (1, 32), "Q4_0": (1, 32), "F16": (1, 64)}
+    by_name = {name: (t, data) for name, _, t, data in tensors}
+    want_table = [kinds[by_name[name][0]] for name in got]
+    problems = []
+    for name, form in got.items():
+        t, data = by_name[name]
+        if t == "Q4_K":
+            if form[0] != "q4k" or form[1] != data:
+                problems.append(f"{name}: not the GGUF's Q4_K bytes")
+        elif t in ("Q6_K", "Q8_0", "Q4_0"):
+            want = REFERENCE_DEQUANT[t](data)[0]
+            q, scales, g = form[1:]
+            have = (q.reshape(-1, g).astype(np.float32) * scales[:, None]).ravel()
+            if not np.array_equal(have, want):
+                problems.append(f"{name} ({t}): int8 times scales differ from the dequantized values")
+        elif t == "F16":
+            want = REFERENCE_DEQUANT[t](data)[0]
+            q, scales, g = form[1:]
+            have = (q.reshape(-1, g).astype(np.float32) * scales[:, None]).ravel()
+            if not np.all(np.abs(have - want) <= np.repeat(scales, g) / 2 * 1.0001):
+                problems.append(f"{name} (F16): int8 off by more than half a step")
+    ok("version 3 file: header (version 3, group size 0), type table, sizes; Q4_K blocks byte for byte; Q6_K, Q8_0, "
+       "Q4_0 as int8 equal to the reference dequantizer bit for bit; F16 within half an int8 step",
+       h["version"] == 3 and h["group_size"] == 0 and table == want_table and size_ok and not problems,
+       f"{problems[:4]} {table} {h}")
+    if tokenizer and have_run():
+        compare_generation("Q4_K_M's types, version 3: first greedy tokens equal the numpy reference on the GGUF's "
+                           "weights", out, weights, cfg, tokenizer, first_tokens=3)
+    else:
+        skip("Q4_K_M's types, version 3: greedy text", "no 32000-piece tokenizer.bin or no ./run")
+    # --bin reads version 3: to fp32 (the dequantized values) and to version 3 again (the same bytes)
+    v1, again = path("q4_k_m.v1.bin"), path("q4_k_m.v3.again.bin")
+    rc1, err1 = export(v1, "--bin", out)
+    rc2, err2 = export(again, "--bin", out, "--version", "3")
+    if ok("--bin of a version 3 file, to version 1 and to version 3", rc1 == 0 and rc2 == 0, err1 + err2):
+        _, fp32, _ = read_export(v1)
+        bad, checked = [], 0
+        for name, (t, data) in by_name.items():
+            if name in fp32 and t not in ("F32", "F16"):
+                want, size = REFERENCE_DEQUANT[t](data)
+                checked += 1
+                if not np.all(np.abs(fp32[name].ravel().astype(np.float64) - want) <= size * 2.0 ** -23):
+                    bad.append(name)
+        ok(f"--bin version 3 -> 1: the {checked} quantized matrices' values are the reference dequantizer's (within "
+           "one float32 rounding)", checked == 14 and not bad, str(bad[:4]))
+        ok("--bin version 3 -> 3: the same file", same_bytes(again, out))
+
+
 def test_gguf(tokenizer):
     name = "GGUF"
     rc, err = export(path("probe.bin"), "--gguf", path("missing.gguf"))
@@ -1779,6 +1902,7 @@ def test_gguf(tokenizer):
     else:
         skip("GGUF Q8_0 -> version 2 and damaged files", "the Q8_0 GGUF did not export")
     test_gguf_models(tokenizer)
+    test_gguf_q4_k_m(tokenizer)
     test_gguf_llama3()
 
 

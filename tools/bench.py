@@ -117,6 +117,40 @@ def models(name, args):
     return fp32, int8
 
 
+def q4k_model(name, int8):
+    """A version 3 copy of the int8 file with random q4k blocks (fp16 d and dmin of
+    2^-14, random 6-bit scales and mins and 4-bit values) for every matrix, for
+    speed only; None when a width is not whole blocks of 256."""
+    import struct
+    import numpy as np
+    with open(int8, "rb") as f:
+        header = bytearray(f.read(256))
+    dim, hidden, layers, heads, kv_heads, vocab = struct.unpack_from("<6i", header, 8)
+    if dim % 256 or hidden % 256:
+        return None
+    path = os.path.join(CACHE, name + "_q4k.bin")
+    if os.path.exists(path):
+        return path
+    print(f"bench: writing {path}", file=sys.stderr)
+    kv_dim = dim // heads * kv_heads
+    shapes = [(vocab, dim)] + [s for s in ((dim, dim), (kv_dim, dim), (kv_dim, dim), (dim, dim), (hidden, dim),
+                                           (dim, hidden), (hidden, dim)) for _ in range(layers)]
+    if not header[36]:
+        shapes.append((vocab, dim))
+    rng = np.random.default_rng(26)
+    struct.pack_into("<i", header, 4, 3)  # version 3
+    struct.pack_into("<i", header, 37, 0)  # group size: each matrix's own
+    with open(path + ".tmp", "wb") as f:
+        f.write(header + b"".join(struct.pack("<ii", 2, 0) for _ in shapes))
+        f.write(np.ones(2 * layers * dim + dim, "<f4").tobytes())
+        for rows, cols in shapes:
+            blocks = rng.integers(0, 256, size=(rows * cols // 256, 144), dtype=np.uint8)
+            blocks[:, 0:4] = np.frombuffer(struct.pack("<HH", 0x0400, 0x0400), np.uint8)
+            f.write(blocks.tobytes())
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def run(model, threads, prompt, steps, kernels=None, fatal=True, extra=(), tokenizer=TOKENIZER):
     """Runs ./run (with RUN_KERNELS=kernels if given, and `extra` flags); returns
     (prompt tok/s, decode tok/s, peak RSS in MB, generated tokens), or, when it
@@ -382,7 +416,8 @@ def main():
     rows = []
     for name, args, steps in SHAPES[:2] if quick else SHAPES:
         fp32, int8 = models(name, args)
-        for kind, model in (("fp32", fp32), ("int8", int8)):
+        q4k = q4k_model(name, int8)
+        for kind, model in (("fp32", fp32), ("int8", int8)) + ((("q4k", q4k),) if q4k else ()):
             for threads in sorted({cores, 1}, reverse=True):
                 # all cores: best of three runs, since on a shared machine the
                 # other tenants' load moves single runs by 10-20%

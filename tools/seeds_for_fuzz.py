@@ -46,19 +46,26 @@ def tiny_checkpoint(version, dim, hidden, layers, heads, kv_heads, vocab, seq_le
     header += b"\0" * (44 - len(header)) + struct.pack("<ff", 10000.0, 1e-5)
     header += b"\0" * (256 - len(header))
 
-    def matrix(rows, cols):
-        if version == 1:
-            return floats(rows * cols)
+    # version 3: q4k where the rows are whole blocks of 256, else int8 (group), the
+    # first wq in fp32; its type table follows the header
+    matrices = [(vocab, dim)] + [shape for shape in shapes for _ in range(layers)] + ([] if shared else [(vocab, dim)])
+    types = [(2, 0) if cols % 256 == 0 else (0, 0) if k == 1 else (1, group) for k, (_, cols) in enumerate(matrices)]
+    if version == 3:
+        header += b"".join(struct.pack("<ii", *t) for t in types)
+
+    def matrix(k, rows, cols):
         n = rows * cols
+        kind = 0 if version == 1 else 1 if version == 2 else types[k][0]
+        if kind == 0:
+            return floats(n)
+        if kind == 2:  # q4k blocks: fp16 d and dmin of 2^-10, random scales and values
+            return b"".join(struct.pack("<HH", 0x1400, 0x1400) + bytes(rng.randrange(256) for _ in range(140))
+                            for _ in range(n // 256))
         return bytes(rng.randrange(256) for _ in range(n)) + floats(n // group, 0.01)
 
     out = header + floats(layers * dim, 1.0) + floats(layers * dim, 1.0) + floats(dim, 1.0)
-    out += matrix(vocab, dim)
-    for rows, cols in shapes:
-        for _ in range(layers):
-            out += matrix(rows, cols)
-    if not shared:
-        out += matrix(vocab, dim)
+    for k, (rows, cols) in enumerate(matrices):
+        out += matrix(k, rows, cols)
     return out
 
 
@@ -106,6 +113,8 @@ def main():
         "v2_g8_separate": tiny_checkpoint(2, 8, 24, 2, 2, 2, 4, 6, False, 8),
         "v2_g2": tiny_checkpoint(2, 4, 6, 1, 2, 1, 4, 3, True, 2),
         "v2_g64": tiny_checkpoint(2, 64, 64, 1, 4, 4, 16, 2, True, 64),
+        "v3_int8_fp32": tiny_checkpoint(3, 8, 16, 1, 2, 1, 8, 4, False, 4),
+        "v3_q4k": tiny_checkpoint(3, 256, 256, 1, 2, 1, 4, 2, True, 32),
     }
     for name, data in tiny.items():
         write(ck_dir, name, data)
