@@ -990,7 +990,9 @@ class BinSource(Source):
             self.version = version
             fields = struct.unpack_from("<7i", header, 8)
             shared = header[36] != 0
-            self.group_size = struct.unpack_from("<i", header, 37)[0] if version == 2 else 0
+            self.group_size = struct.unpack_from("<i", header, 37)[0] if version >= 2 else 0
+            if version == 3 and self.group_size != 0:
+                raise ExportError(f"{path}: group size {self.group_size} in a version 3 header (must be 0)")
             theta, eps = struct.unpack_from("<ff", header, 44)
             factor, low, high, original = struct.unpack_from("<fffi", header, 52)
             scaling = (factor, low, high, original) if factor != 0 else None
@@ -1823,7 +1825,7 @@ def main(argv=None):
     source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama/Mistral model folder")
     source.add_argument("--meta", metavar="DIR", help="Meta params.json + consolidated.*.pth folder (torch)")
     source.add_argument("--checkpoint", metavar="FILE", help="llama2.c training checkpoint ckpt.pt (torch)")
-    source.add_argument("--bin", metavar="FILE", help="a checkpoint run.c reads (version 0, 1 or 2)")
+    source.add_argument("--bin", metavar="FILE", help="a checkpoint run.c reads (version 0, 1, 2 or 3)")
     source.add_argument("--gguf", metavar="FILE", help="a GGUF file of architecture llama (llama.cpp's format)")
     source.add_argument("--tokenizer", metavar="FILE", help="tokenizer.model, tokenizer.json or a GGUF file")
     parser.add_argument("--version", type=int, choices=(0, 1, 2, 3), default=1,

@@ -158,6 +158,7 @@ typedef struct {
     Weights weights;
     const uint8_t *data; /* the whole file, memory-mapped read-only */
     size_t file_size;
+    int32_t *types;      /* version 3: the type table, as read and checked (type, group size per matrix) */
 } Checkpoint;
 
 /* ------------------------------------------------------------------------- */
@@ -663,11 +664,12 @@ static uint64_t tensor_bytes(TensorShape s, MatrixType type, int group_size) {
 }
 
 /* The type and group size of matrix number k (in file order): version 3's
-   table entry, or what its version stores. */
-static MatrixType matrix_type(const Config *c, const uint8_t *table, uint64_t k, int *group_size) {
+   type table entry (from parse_header()'s copy of the table), or what its
+   version stores. */
+static MatrixType matrix_type(const Config *c, const int32_t *types, uint64_t k, int *group_size) {
     if (c->version == 3) {
-        *group_size = read_i32(table + TYPE_ENTRY_SIZE * k + 4);
-        return (MatrixType)read_i32(table + TYPE_ENTRY_SIZE * k);
+        *group_size = types[2 * k + 1];
+        return (MatrixType)types[2 * k];
     }
     *group_size = c->group_size;
     return c->version == 2 ? TYPE_INT8 : TYPE_FP32;
@@ -694,10 +696,11 @@ static void check_rope_scaling(const Config *c, const char *path) {
         fail("%s: original_max_position_embeddings is %d, must be positive", path, c->original_max_position_embeddings);
 }
 
-/* Reads and checks the header; returns the byte size the whole file must have.
+/* Reads and checks the header (and version 3's type table, copied to *types);
+   returns the byte size the whole file must have.
    Sizes are computed in 64 bits and every product is checked, so that a hostile
    header cannot wrap an offset. */
-static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const char *path) {
+static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const char *path, int32_t **types) {
     int32_t fields[7];
     uint64_t offset;
     memset(c, 0, sizeof *c);
@@ -762,16 +765,24 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
         estimate += (double)s.count * s.rows * s.cols * 4;
     }
     if (estimate > (double)((uint64_t)1 << 50)) fail("%s: header sizes overflow (%.3g bytes)", path, estimate);
-    const uint8_t *table = h + offset;
-    if (c->version == 3) {
-        uint64_t table_bytes = TYPE_ENTRY_SIZE * matrix_count(c);
-        if (avail < offset + table_bytes)
-            fail("%s: truncated type table (%zu of %llu bytes)", path, avail - offset, (unsigned long long)table_bytes);
-        offset += table_bytes;
+    c->smallest_group = c->version == 2 ? c->group_size : 0;
+    c->fp32_matrices = c->version < 2;
+    uint64_t size = offset;
+    if (c->version < 3) {
+        for (int i = 0; i < n; i++) {
+            TensorShape s = tensor_shape(c, layout[i]);
+            size += s.count * tensor_bytes(s, s.is_matrix && c->version == 2 ? TYPE_INT8 : TYPE_FP32, c->group_size);
+        }
+        return size;
     }
-    uint64_t size = offset, k = 0;
-    c->smallest_group = 0;
-    c->fp32_matrices = 0;
+    /* version 3: the type table, copied out of the file (which could change under the mapping) and checked */
+    uint64_t table_bytes = TYPE_ENTRY_SIZE * matrix_count(c);
+    if (avail < offset + table_bytes)
+        fail("%s: truncated type table (%zu of %llu bytes)", path, avail - offset, (unsigned long long)table_bytes);
+    int32_t *table = *types = xmalloc(table_bytes); /* the caller's to free, also when a check fails */
+    memcpy(table, h + offset, table_bytes);
+    size += table_bytes;
+    uint64_t k = 0;
     for (int i = 0; i < n; i++) {
         TensorShape s = tensor_shape(c, layout[i]);
         for (uint64_t layer = 0; layer < s.count; layer++) {
@@ -781,25 +792,26 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
             }
             int group_size, values_per_scale = 0;
             MatrixType type = matrix_type(c, table, k++, &group_size);
-            char buf[64];
-            const char *name = tensor_name(buf, layout[i], layer);
+            char name[64];
             if (type == TYPE_INT8) {
                 if (group_size <= 0 || s.cols % group_size)
-                    fail("%s: %s: int8 group size %d does not divide its rows of %llu values", path, name, group_size,
-                         (unsigned long long)s.cols);
+                    fail("%s: %s: int8 group size %d does not divide its rows of %llu values", path,
+                         tensor_name(name, layout[i], layer), group_size, (unsigned long long)s.cols);
                 values_per_scale = group_size;
             } else if (type == TYPE_Q4K) {
                 if (s.cols % Q4K_BLOCK)
-                    fail("%s: %s: q4k rows of %llu values are not whole blocks of %d", path, name,
-                         (unsigned long long)s.cols, Q4K_BLOCK);
+                    fail("%s: %s: q4k rows of %llu values are not whole blocks of %d", path,
+                         tensor_name(name, layout[i], layer), (unsigned long long)s.cols, Q4K_BLOCK);
                 values_per_scale = Q4K_BLOCK;
             } else if (type == TYPE_FP32) {
                 c->fp32_matrices = 1;
             } else {
-                fail("%s: %s: unknown type code %d (0 fp32, 1 int8, 2 q4k)", path, name, (int)type);
+                fail("%s: %s: unknown type code %d (0 fp32, 1 int8, 2 q4k)", path, tensor_name(name, layout[i], layer),
+                     (int)type);
             }
             if (type != TYPE_INT8 && group_size != 0)
-                fail("%s: %s: group size %d, must be 0 for its type", path, name, group_size);
+                fail("%s: %s: group size %d, must be 0 for its type", path, tensor_name(name, layout[i], layer),
+                     group_size);
             if (values_per_scale && (c->smallest_group == 0 || values_per_scale < c->smallest_group))
                 c->smallest_group = values_per_scale;
             size += tensor_bytes(s, type, group_size);
@@ -829,7 +841,6 @@ static void map_weights(Checkpoint *ck, const char *path) {
     Weights *w = &ck->weights;
     Matrix **per_layer[CLASSIFIER + 1] = {[WQ] = &w->wq, [WK] = &w->wk, [WV] = &w->wv, [WO] = &w->wo,
                                           [W1] = &w->w1, [W2] = &w->w2, [W3] = &w->w3};
-    const uint8_t *table = ck->data + HEADER_SIZE;
     const uint8_t *p = ck->data + (c->version == 0 ? LEGACY_HEADER_SIZE : HEADER_SIZE);
     if (c->version == 3) p += TYPE_ENTRY_SIZE * matrix_count(c);
     int n;
@@ -841,7 +852,7 @@ static void map_weights(Checkpoint *ck, const char *path) {
         if (layers) *layers = xcalloc(s.count, sizeof(Matrix));
         for (uint64_t k = 0; k < s.count; k++) {
             Matrix m = {0};
-            MatrixType type = s.is_matrix ? matrix_type(c, table, matrix++, &m.group_size) : TYPE_FP32;
+            MatrixType type = s.is_matrix ? matrix_type(c, ck->types, matrix++, &m.group_size) : TYPE_FP32;
             if (type == TYPE_INT8) {
                 m.q = (const int8_t *)p;
                 m.scale = (const float *)(p + s.rows * s.cols);
@@ -884,7 +895,7 @@ static void open_checkpoint(Checkpoint *ck, const char *path) {
         ck->data = data;
     }
     close(fd);
-    uint64_t expected = parse_header(&ck->config, ck->data, ck->file_size, path);
+    uint64_t expected = parse_header(&ck->config, ck->data, ck->file_size, path, &ck->types);
     if ((uint64_t)st.st_size != expected)
         fail("%s: file is %lld bytes but its header describes %llu bytes", path,
              (long long)st.st_size, (unsigned long long)expected);
@@ -895,6 +906,7 @@ static void close_checkpoint(Checkpoint *ck) {
     Weights *w = &ck->weights;
     free(w->wq); free(w->wk); free(w->wv); free(w->wo);
     free(w->w1); free(w->w2); free(w->w3);
+    free(ck->types);
     if (ck->data) munmap((void *)ck->data, ck->file_size);
 }
 

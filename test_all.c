@@ -1090,6 +1090,13 @@ static void test_v3_errors(const char *tokenizer) {
     memcpy(bad, good.data, good.n);
     memcpy(bad + table + 8 * 15, fp32_entry, 8);
     expect_model_error("types that change the size", bad, good.n, "header describes", tokenizer);
+    /* from a review: the loader once walked every layer of a version 1 header before checking the file's size;
+       2^31 - 1 layers of a tiny shape took minutes */
+    uint8_t huge[256] = {0};
+    int32_t huge_fields[9] = {1, 2, 1, INT32_MAX, 1, 1, 3, 1};
+    uint32_t huge_magic = 0x616b3432;
+    memcpy(huge, &huge_magic, 4), memcpy(huge + 4, huge_fields, 8 * 4);
+    expect_model_error("2^31 - 1 layers in a 256-byte file", huge, sizeof huge, "header describes", tokenizer);
     expect_model_error("a truncated type table", good.data, table + 8 * entries - 4, "truncated type table", tokenizer);
     /* a NaN int8 scale (the embedding's first), an infinite q4k d and a NaN dmin */
     size_t tiny_weights = table + 8 * entries + 4 * (2 * 2 * 16 + 16), nan_bits = 0x7fc00000;
@@ -1782,23 +1789,25 @@ static void test_fast_matvec_q8(void) {
    per-token plain matvecs. */
 static void test_batched_matmul(void) {
     /* version 2 (int8, the smallest group size tested) and 1 (fp32): the batch's buffers are for one or the other */
-    Config c = {.dim = 96, .hidden_dim = 256, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 4,
+    Config c = {.dim = 96, .hidden_dim = 512, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 4,
                 .seq_len = 8, .version = 2, .group_size = 4, .smallest_group = 4, .rope_theta = 10000.0f,
                 .norm_eps = 1e-5f};
     Config c_fp32 = c;
     c_fp32.version = 1, c_fp32.group_size = 0, c_fp32.smallest_group = 0, c_fp32.fp32_matrices = 1;
-    int n_max = 256, d = 37;
+    int n_max = 512, d = 37; /* the q4k case is 512 wide */
     float *w = random_tensor((size_t)d * n_max, 1, 0), *x = random_tensor((size_t)MAX_BATCH * n_max, 1, 0);
     int8_t *wq = malloc((size_t)d * n_max), *xq = malloc(n_max);
     float *ws = random_tensor((size_t)d * n_max / 4, 0.01f, 0.02f), *xs = malloc(n_max / 4 * sizeof(float));
     for (int i = 0; i < d * n_max; i++) wq[i] = (int8_t)(lcg_uniform() * 128);
     float *plain = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast = calloc((size_t)MAX_BATCH * d, sizeof(float));
     float *fast16 = calloc((size_t)MAX_BATCH * 16, sizeof(float)), *plain16 = calloc((size_t)MAX_BATCH * d, sizeof(float));
-    uint8_t *q4k_blocks = malloc((size_t)d * 144); /* d rows of one block: random scales and values, small d and dmin */
-    for (int i = 0; i < d * 144; i++) q4k_blocks[i] = (uint8_t)(lcg_uniform() * 128 + 128);
-    for (int i = 0; i < d; i++) {
-        uint16_t scale_bits = half_bits(0.002f + fabsf(lcg_uniform()) / 100);
-        memcpy(q4k_blocks + 144 * i, &scale_bits, 2), memcpy(q4k_blocks + 144 * i + 2, &scale_bits, 2);
+    /* q4k: d rows of two blocks, random scales and values, small d and dmin; inputs 512 wide */
+    uint8_t *q4k_blocks = malloc((size_t)d * 2 * 144);
+    float *x512 = random_tensor((size_t)MAX_BATCH * 512, 1, 0);
+    for (int i = 0; i < d * 2 * 144; i++) q4k_blocks[i] = (uint8_t)(lcg_uniform() * 128 + 128);
+    for (int i = 0; i < 2 * d; i++) {
+        uint16_t d_bits = half_bits(0.002f + fabsf(lcg_uniform()) / 100), dmin_bits = half_bits(fabsf(lcg_uniform()) / 100);
+        memcpy(q4k_blocks + 144 * i, &d_bits, 2), memcpy(q4k_blocks + 144 * i + 2, &dmin_bits, 2);
     }
     static const int batch[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, MAX_BATCH}; /* 2-8: the few-token paths */
     /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step */
@@ -1837,15 +1846,17 @@ static void test_batched_matmul(void) {
             /* q4k beside int8 (group 4) on the same input: matmul() quantizes it for each */
             int T = batch[k];
             Matrix m4 = {.q4k = q4k_blocks}, m8 = {NULL, wq, ws, 4, NULL};
+            int8_t xq512[512];
+            float xs512[128];
             for (int t = 0; t < T; t++) {
-                quantize(xq, xs, x + t * 256, 256, 256);
-                matvec_q4k(plain + t * d, xq, xs, &m4, 256, 0, d);
-                quantize(xq, xs, x + t * 256, 256, 4);
-                matvec_q8(plain16 + t * d, xq, xs, &m8, 256, 4, 0, d);
+                quantize(xq512, xs512, x512 + t * 512, 512, 256);
+                matvec_q4k(plain + t * d, xq512, xs512, &m4, 512, 0, d);
+                quantize(xq512, xs512, x512 + t * 512, 512, 4);
+                matvec_q8(plain16 + t * d, xq512, xs512, &m8, 512, 4, 0, d);
             }
             float *fast8 = calloc((size_t)MAX_BATCH * d, sizeof(float));
             Projection mixed[2] = {{&m4, fast, d}, {&m8, fast8, d}};
-            matmul(&b_int8, x, 256, T, mixed, 2);
+            matmul(&b_int8, x512, 512, T, mixed, 2);
             check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0 &&
                   memcmp(plain16, fast8, (size_t)T * d * sizeof(float)) == 0,
                   "%s batched q4k and int8 matmul of %d tokens on %d threads differ from plain matvecs", kernels->name, T,
@@ -1886,7 +1897,7 @@ static void test_batched_matmul(void) {
         free(w2), free(x2), free(want), free(a), free(b), free(small);
     }
     free(w), free(x), free(wq), free(xq), free(ws), free(xs), free(plain), free(fast), free(fast16), free(plain16);
-    free(q4k_blocks);
+    free(q4k_blocks), free(x512);
 }
 
 /* Query heads of several tokens sharing a KV head, all at once, against
@@ -3224,7 +3235,7 @@ static void test_batch_invariance(const char *tokenizer) {
        may share B's block but not A's Y, whose rows were computed after X.
        -b 1 runs them in order. */
     {
-        char x[256] = "", x2[256] = "", y[256] = "", z[256] = "", lines[2048], prompt[1024];
+        char x[256] = "", x2[256] = "", y[256] = "", z[256] = "", lines[4096], prompt[1024];
         Tokenizer tok;
         load_tokenizer(&tok, tokenizer, 40);
         int n_x = 0, n_c = 0, *ids;

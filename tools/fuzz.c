@@ -309,11 +309,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Config c;
     jmp_buf jump;
     uint64_t expected = 0;
+    static int32_t *types; /* static: set before fail() may longjmp */
+    types = NULL;
     begin_capture();
     fail_jump = &jump;
-    if (setjmp(jump) == 0) expected = parse_header(&c, data, size, "input");
+    if (setjmp(jump) == 0) expected = parse_header(&c, data, size, "input", &types);
     fail_jump = NULL;
     end_capture();
+    free(types);
     if (expected == 0 || expected == size || expected > (4u << 20) || size == 0) return 0;
     uint8_t *fitted = malloc(expected);
     for (uint64_t i = 0; i < expected; i++) fitted[i] = data[i % size];
