@@ -2329,19 +2329,27 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
     }
 }
 
+/* Lane t: the sum of the 4 lanes of m[t]. */
+static inline __attribute__((always_inline)) AVX2 __m256i lane_totals4(const __m128i m[8]) {
+    __m128i low = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
+    __m128i high = _mm_hadd_epi32(_mm_hadd_epi32(m[4], m[5]), _mm_hadd_epi32(m[6], m[7]));
+    return _mm256_set_m128i(high, low);
+}
+
 /* matvec_q4k_avx2() for T tokens at once: out[t * out_stride + i] = W[i] . x[t]
    for rows [begin, end), x being T rows of n int8 inputs with their scales and
    their sums over each sub-block of 32 (q4k_input_sums()). Each block's values
-   are unpacked once for all the tokens; each token's floats are combined as in
-   the plain kernel. */
+   are unpacked once for all the tokens, and 8 tokens take the lanes of the
+   integer totals and of the floats, each lane combining them as the plain
+   kernel does (the lanes of tokens past T repeat the last token). */
 static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int8_t *xq, const float *xs,
                                         const int16_t *x_sums, const Matrix *w, int n, int T, int begin, int end) {
     const __m256i low_nibbles = _mm256_set1_epi8(15);
-    int blocks = n / Q4K_BLOCK;
-    float val[MAX_BATCH];
+    int blocks = n / Q4K_BLOCK, groups = (T + 7) / 8;
     for (int i = begin; i < end; i++) {
         const uint8_t *block = w->q4k + (size_t)i * blocks * Q4K_BLOCK_BYTES;
-        for (int t = 0; t < T; t++) val[t] = 0.0f;
+        __m256 val[MAX_BATCH / 8];
+        for (int g = 0; g < groups; g++) val[g] = _mm256_setzero_ps();
         for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES) {
             int scale, min;
             int16_t mins[8];
@@ -2357,21 +2365,35 @@ static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int
                 q[2 * pair] = _mm256_and_si256(bytes, low_nibbles);
                 q[2 * pair + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibbles);
             }
-            float d = half_to_float(block), dmin = half_to_float(block + 2);
-            for (int t = 0; t < T; t++) {
-                const int8_t *x = xq + (size_t)t * n + (size_t)Q4K_BLOCK * b;
-                __m256i acc = _mm256_setzero_si256();
-                for (int j = 0; j < 8; j++) {
-                    __m256i products = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(x + 32 * j)));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(products, scales[j]));
+            __m256 d = _mm256_set1_ps(half_to_float(block)), dmin = _mm256_set1_ps(half_to_float(block + 2));
+            for (int g = 0; g < groups; g++) {
+                const int8_t *x[8];
+                __m256i acc[8];
+                __m128i min_products[8];
+                float x_scale[8];
+                for (int k = 0; k < 8; k++) {
+                    int t = 8 * g + k < T ? 8 * g + k : T - 1;
+                    x[k] = xq + (size_t)t * n + (size_t)Q4K_BLOCK * b;
+                    acc[k] = _mm256_setzero_si256();
+                    __m128i sums = _mm_loadu_si128((const __m128i *)(x_sums + (size_t)t * (n / 32) + 8 * b));
+                    min_products[k] = _mm_madd_epi16(min_vector, sums);
+                    x_scale[k] = xs[(size_t)t * blocks + b];
                 }
-                __m128i sums = _mm_loadu_si128((const __m128i *)(x_sums + (size_t)t * (n / 32) + 8 * b));
-                int32_t dot, mins;
-                q4k_totals(acc, _mm_madd_epi16(min_vector, sums), &dot, &mins);
-                val[t] += xs[(size_t)t * blocks + b] * (d * (float)dot - dmin * (float)mins);
+                for (int j = 0; j < 8; j++)
+                    for (int k = 0; k < 8; k++) {
+                        __m256i products = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(x[k] + 32 * j)));
+                        acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(products, scales[j]));
+                    }
+                __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc)), min_totals = _mm256_cvtepi32_ps(lane_totals4(min_products));
+                __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(d, dots), _mm256_mul_ps(dmin, min_totals));
+                val[g] = _mm256_add_ps(val[g], _mm256_mul_ps(_mm256_loadu_ps(x_scale), block_sum));
             }
         }
-        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = val[t];
+        for (int g = 0; g < groups; g++) {
+            float lanes[8];
+            _mm256_storeu_ps(lanes, val[g]);
+            for (int k = 0; k < 8 && 8 * g + k < T; k++) out[(size_t)(8 * g + k) * out_stride + i] = lanes[k];
+        }
     }
 }
 
