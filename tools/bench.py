@@ -3,7 +3,9 @@
 
 Random-weight models of the stories15M, stories110M and TinyLlama-1.1B shapes
 are written by ../shared/tools/gen_model.c (fp32, legacy layout) into a cache
-folder ($BENCH_DIR, default /tmp/run-bench), with int8 copies made by export.py.
+folder ($BENCH_DIR, default /tmp/run-bench), with int8 copies made by export.py
+and, for the shapes whose widths are whole blocks of 256, version 3 files of
+random q4k blocks (q4k_model(): speed only, the weights are not the fp32 ones).
 For each model and thread count it runs ./run twice: a 200-token prompt with
 one generated token (prefill tok/s), and a one-word prompt with N generated
 tokens (decode tok/s); with all cores, three times, keeping the best figures.
