@@ -2278,6 +2278,24 @@ static inline __attribute__((always_inline)) AVX2 void q4k_totals(__m256i acc, _
     *mins = _mm_extract_epi32(pairs, 1);
 }
 
+/* A q4k block's 6-bit scales, each as int16 in all 16 lanes of scales[j], and
+   its mins as 8 int16, from the 12 packed bytes (see q4k_scale_min()) four at
+   a time: the low 6 bits of bytes 0-3 and 4-7; the nibbles of bytes 8-11 with
+   the top 2 bits of bytes 0-3 and 4-7 above them. */
+static inline __attribute__((always_inline)) AVX2 void q4k_scales_avx2(const uint8_t *packed, __m256i scales[8],
+                                                                       __m128i *mins) {
+    uint32_t word[3];
+    memcpy(word, packed, sizeof word);
+    uint32_t scales_low = word[0] & 0x3f3f3f3f, mins_low = word[1] & 0x3f3f3f3f;
+    uint32_t scales_high = (word[2] & 0x0f0f0f0f) | ((word[0] >> 6) & 0x03030303) << 4;
+    uint32_t mins_high = ((word[2] >> 4) & 0x0f0f0f0f) | ((word[1] >> 6) & 0x03030303) << 4;
+    __m256i wide = _mm256_cvtepu8_epi16(_mm_set_epi32((int)mins_high, (int)mins_low, (int)scales_high, (int)scales_low));
+    *mins = _mm256_extracti128_si256(wide, 1);
+    __m256i low = _mm256_permute2x128_si256(wide, wide, 0x00); /* scales 0-7 in both halves */
+    for (int j = 0; j < 8; j++)
+        scales[j] = _mm256_shuffle_epi8(low, _mm256_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
+}
+
 /* Blocks of a q4k row whose inputs' sub-block sums are kept on the stack at
    once (a row of 16384 values: wider ones take their rows in turn per chunk). */
 #define Q4K_CHUNK 64
@@ -2301,25 +2319,19 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
             float val = c0 ? out[i] : 0.0f;
             for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
                 const int8_t *x = xq + (size_t)Q4K_BLOCK * b;
-                __m256i acc = _mm256_setzero_si256();
-                int16_t mins[8];
+                __m256i acc = _mm256_setzero_si256(), scales[8];
+                __m128i mins;
+                q4k_scales_avx2(block + 4, scales, &mins);
                 for (int pair = 0; pair < 4; pair++) {
-                    int scale_lo, min_lo, scale_hi, min_hi;
-                    q4k_scale_min(block + 4, 2 * pair, &scale_lo, &min_lo);
-                    q4k_scale_min(block + 4, 2 * pair + 1, &scale_hi, &min_hi);
-                    mins[2 * pair] = (int16_t)min_lo, mins[2 * pair + 1] = (int16_t)min_hi;
                     __m256i q = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
                     __m256i lo = _mm256_and_si256(q, low_nibbles);
                     __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles);
                     __m256i x_lo = _mm256_loadu_si256((const __m256i *)(x + 64 * pair));
                     __m256i x_hi = _mm256_loadu_si256((const __m256i *)(x + 64 * pair + 32));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo),
-                                                                  _mm256_set1_epi16((short)scale_lo)));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi),
-                                                                  _mm256_set1_epi16((short)scale_hi)));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), scales[2 * pair]));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), scales[2 * pair + 1]));
                 }
-                __m128i min_products = _mm_madd_epi16(_mm_loadu_si128((const __m128i *)mins),
-                                                      _mm_loadu_si128((const __m128i *)(x_sums + 8 * (b - c0))));
+                __m128i min_products = _mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)(x_sums + 8 * (b - c0))));
                 int32_t dot, min_total;
                 q4k_totals(acc, min_products, &dot, &min_total);
                 val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)min_total);
@@ -2351,15 +2363,9 @@ static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int
         __m256 val[MAX_BATCH / 8];
         for (int g = 0; g < groups; g++) val[g] = _mm256_setzero_ps();
         for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES) {
-            int scale, min;
-            int16_t mins[8];
             __m256i q[8], scales[8];
-            for (int j = 0; j < 8; j++) {
-                q4k_scale_min(block + 4, j, &scale, &min);
-                scales[j] = _mm256_set1_epi16((short)scale);
-                mins[j] = (int16_t)min;
-            }
-            __m128i min_vector = _mm_loadu_si128((const __m128i *)mins);
+            __m128i min_vector;
+            q4k_scales_avx2(block + 4, scales, &min_vector);
             for (int pair = 0; pair < 4; pair++) {
                 __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
                 q[2 * pair] = _mm256_and_si256(bytes, low_nibbles);
