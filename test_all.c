@@ -3229,6 +3229,16 @@ static void test_batch_invariance(const char *tokenizer) {
     static const char *const digits[] = {" 3", " 4", " 5", " 6", " 7", " 8", " 9", " 10", " 11", " 12", " 13", " 14", " 25", " 39"};
     const char *tiny[2] = {fp32, int8};
     batch_against_single_runs("tiny model", tiny, tokenizer, digits, 14, 0, 80, 12);
+    /* q4k weights (version 3): a model 256 wide */
+    TinyModel wide = {.dim = 256, .hidden = 512, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40,
+                      .seq_len = 4 * KV_BLOCK, .shared = 1};
+    random_weights(&wide, 0.08f);
+    Buffer v3 = write_checkpoint(&wide, 3, 32, 0, 0);
+    char *q4k = write_temp(v3.data, v3.n);
+    const char *q4k_models[2] = {q4k, q4k};
+    batch_against_single_runs("q4k model", q4k_models, tokenizer, digits, 14, 0, 80, 12);
+    unlink(q4k), free(q4k), free(v3.data);
+    free_tiny(&wide);
     /* from a code audit: a block taken for new rows must take the blocks after
        it out of the prefix table. A = X Y Z fills the pool's 3 blocks; B = X'
        takes A's first block, the longest free, for its own first; C = X' Y ...
