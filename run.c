@@ -329,17 +329,21 @@ static void matvec_q4k(float *out, const int8_t *xq, const float *xs, const Matr
         float val = 0.0f;
         for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES) {
             const int8_t *x = xq + b * Q4K_BLOCK;
+            const uint8_t *qs = block + 16;
             int32_t dot = 0, mins = 0;
-            for (int j = 0; j < 8; j++) {
-                int scale, min;
-                q4k_scale_min(block + 4, j, &scale, &min);
-                int32_t qx = 0, x_sum = 0;
+            for (int pair = 0; pair < 4; pair++) { /* sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high) */
+                int scale_lo, min_lo, scale_hi, min_hi;
+                q4k_scale_min(block + 4, 2 * pair, &scale_lo, &min_lo);
+                q4k_scale_min(block + 4, 2 * pair + 1, &scale_hi, &min_hi);
+                int32_t qx_lo = 0, qx_hi = 0, sum_lo = 0, sum_hi = 0;
                 for (int k = 0; k < 32; k++) {
-                    qx += q4k_value(block + 16, j, k) * x[32 * j + k];
-                    x_sum += x[32 * j + k];
+                    qx_lo += (qs[32 * pair + k] & 15) * x[64 * pair + k];
+                    qx_hi += (qs[32 * pair + k] >> 4) * x[64 * pair + 32 + k];
+                    sum_lo += x[64 * pair + k];
+                    sum_hi += x[64 * pair + 32 + k];
                 }
-                dot += scale * qx;
-                mins += min * x_sum;
+                dot += scale_lo * qx_lo + scale_hi * qx_hi;
+                mins += min_lo * sum_lo + min_hi * sum_hi;
             }
             val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)mins);
         }
