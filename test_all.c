@@ -607,7 +607,10 @@ static void test_q4k(void) {
         }
     }
     double worst = 0, largest = 0;
-    for (int i = 0; i < D; i++) worst = fmax(worst, fabs(out[i] - ref[i])), largest = fmax(largest, fabs(ref[i]));
+    for (int i = 0; i < D; i++) { /* not fmax(): gcc 12's aarch64 vectorizer crashes on an fmax reduction */
+        if (fabs(out[i] - ref[i]) > worst) worst = fabs(out[i] - ref[i]);
+        if (fabs(ref[i]) > largest) largest = fabs(ref[i]);
+    }
     check(worst <= 1e-5 * largest, "q4k matvec is off the dequantized product by %g (largest %g)", worst, largest);
     free(x);
 }
@@ -3229,14 +3232,14 @@ static void test_batch_invariance(const char *tokenizer) {
     static const char *const digits[] = {" 3", " 4", " 5", " 6", " 7", " 8", " 9", " 10", " 11", " 12", " 13", " 14", " 25", " 39"};
     const char *tiny[2] = {fp32, int8};
     batch_against_single_runs("tiny model", tiny, tokenizer, digits, 14, 0, 80, 12);
-    /* q4k weights (version 3): a model 256 wide */
-    TinyModel wide = {.dim = 256, .hidden = 512, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40,
+    /* q4k weights (version 3): a model 256 wide, one layer and fewer prompts (the tests under qemu take minutes) */
+    TinyModel wide = {.dim = 256, .hidden = 512, .layers = 1, .heads = 4, .kv_heads = 2, .vocab = 40,
                       .seq_len = 4 * KV_BLOCK, .shared = 1};
     random_weights(&wide, 0.08f);
     Buffer v3 = write_checkpoint(&wide, 3, 32, 0, 0);
     char *q4k = write_temp(v3.data, v3.n);
     const char *q4k_models[2] = {q4k, q4k};
-    batch_against_single_runs("q4k model", q4k_models, tokenizer, digits, 14, 0, 80, 12);
+    batch_against_single_runs("q4k model", q4k_models, tokenizer, digits, 14, 0, 40, 8);
     unlink(q4k), free(q4k), free(v3.data);
     free_tiny(&wide);
     /* from a code audit: a block taken for new rows must take the blocks after
