@@ -3239,7 +3239,7 @@ static void test_batch_invariance(const char *tokenizer) {
     Buffer v3 = write_checkpoint(&wide, 3, 32, 0, 0);
     char *q4k = write_temp(v3.data, v3.n);
     const char *q4k_models[2] = {q4k, q4k};
-    batch_against_single_runs("q4k model", q4k_models, tokenizer, digits, 14, 0, 40, 8);
+    batch_against_single_runs("q4k model", q4k_models, tokenizer, digits, 14, 0, 80, 8);
     unlink(q4k), free(q4k), free(v3.data);
     free_tiny(&wide);
     /* from a code audit: a block taken for new rows must take the blocks after
