@@ -415,13 +415,17 @@ typedef struct {
 
 static Input prepare_input(RunState *s, const float *x, int n) { return (Input){x, n, s->xq, s->xq_scale, 0}; }
 
+/* The group size a matrix's input is quantized in: int8 its own, q4k one
+   scale per block; 0 for fp32. */
+static int input_group_size(const Matrix *w) { return w->q4k ? Q4K_BLOCK : w->q ? w->group_size : 0; }
+
 /* out = W x for a weight matrix W [d][n], fp32, int8 or q4k. */
 static void linear(float *out, Input *in, const Matrix *w, int d) {
     if (w->f32) {
         matvec(out, in->x, w->f32, in->n, 0, d);
         return;
     }
-    int group_size = w->q4k ? Q4K_BLOCK : w->group_size;
+    int group_size = input_group_size(w);
     if (in->group_size != group_size) {
         quantize(in->q, in->scale, in->x, in->n, group_size);
         in->group_size = group_size;
@@ -3953,10 +3957,6 @@ static void matmul_task(void *ctx, int begin, int end, int thread) {
         out_t_rows += job->proj[p].d;
     }
 }
-
-/* The group size a matrix's input is quantized in: int8 its own, q4k one
-   scale per block; 0 for fp32. */
-static int input_group_size(const Matrix *w) { return w->q4k ? Q4K_BLOCK : w->q ? w->group_size : 0; }
 
 /* Applies `count` projections that share the input x [T][n]: the input is
    prepared (quantized, or laid out for the batched kernels) once for all that

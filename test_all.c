@@ -983,6 +983,20 @@ static void test_batched_forward(const char *path, const char *what) {
     close_checkpoint(&ck);
 }
 
+/* The model as a quantized checkpoint (version, group size as write_checkpoint()
+   takes them): forward() against the reference on the dequantized weights, to
+   `bound` times the largest logit (activations are quantized too), and the
+   batched forward against forward(). */
+static void check_quantized_model(TinyModel *m, int version, int gs, double bound, const char *what) {
+    Buffer b = write_checkpoint(m, version, gs, 0, 0);
+    char *path = write_temp(b.data, b.n);
+    double scale = 0, e = forward_error(path, m, 10000, 1e-5, &scale);
+    check(e < bound * scale, "%s forward (shared=%d) is off the reference by %g (largest logit %g)", what, m->shared, e,
+          scale);
+    test_batched_forward(path, what);
+    unlink(path), free(path), free(b.data);
+}
+
 static void test_forward_matches_reference(void) {
     seek_random(2600229);
     for (int shared = 0; shared <= 1; shared++) {
@@ -1002,21 +1016,9 @@ static void test_forward_matches_reference(void) {
         /* int8: the reference runs on the dequantized weights; activations are
            quantized too, so agreement is to a few percent of the largest logit
            (1-5% seen with these tiny random models; a misread tensor is ~100%) */
-        Buffer v2 = write_checkpoint(&m, 2, 8, 0, 0);
-        char *p3 = write_temp(v2.data, v2.n);
-        double q_scale = 0, e3 = forward_error(p3, &m, 10000, 1e-5, &q_scale);
-        check(e3 < 0.1 * q_scale, "v2 forward (shared=%d) is off the reference by %g (largest logit %g)", shared, e3,
-              q_scale);
-        test_batched_forward(p3, "v2");
-        unlink(p3), free(p3), free(v2.data);
+        check_quantized_model(&m, 2, 8, 0.1, "v2");
         /* version 3 of this model: every matrix int8 (rows of 16 are no q4k blocks) */
-        Buffer v3 = write_checkpoint(&m, 3, 8, 0, 0);
-        char *p5 = write_temp(v3.data, v3.n);
-        double e5 = forward_error(p5, &m, 10000, 1e-5, &q_scale);
-        check(e5 < 0.1 * q_scale, "v3 int8 forward (shared=%d) is off the reference by %g (largest logit %g)", shared,
-              e5, q_scale);
-        test_batched_forward(p5, "v3 int8");
-        unlink(p5), free(p5), free(v3.data);
+        check_quantized_model(&m, 3, 8, 0.1, "v3 int8");
         /* Llama 3 RoPE scaling: with theta 4 and head size 4, pair 0 (wavelength
            2 pi) is in the smoothed band and pair 1 (4 pi) beyond original / low = 8,
            so the angles change by up to 5 * 0.375 rad over the six positions */
@@ -1041,14 +1043,8 @@ static void test_q4k_model(void) {
         TinyModel m = {.dim = 256, .hidden = 512, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = 8,
                        .shared = shared};
         random_weights(&m, 0.08f);
-        Buffer v3 = write_checkpoint(&m, 3, 32, 0, 0);
-        char *path = write_temp(v3.data, v3.n);
-        double scale = 0, e = forward_error(path, &m, 10000, 1e-5, &scale);
         /* about 1% seen (int8 with group size 256 about the same); a misread block is 10% and more */
-        check(e < 0.04 * scale, "v3 q4k forward (shared=%d) is off the reference by %g (largest logit %g)", shared, e,
-              scale);
-        test_batched_forward(path, "v3 q4k");
-        unlink(path), free(path), free(v3.data);
+        check_quantized_model(&m, 3, 32, 0.04, "v3 q4k");
         free_tiny(&m);
     }
 }
