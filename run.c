@@ -114,6 +114,9 @@ typedef struct {
     int n_layers;
     int n_heads;    /* query heads */
     int n_kv_heads; /* key/value heads; fewer than n_heads means grouped-query attention */
+    int head_size;  /* width of one head: dim / n_heads, unless the header says otherwise (Qwen3) */
+    int qkv_bias;   /* q, k and v projections add a bias (Qwen2) */
+    int qk_norm;    /* each head of q and of k is RMS-normalised before RoPE (Qwen3) */
     int vocab_size;
     int seq_len;    /* longest context the model was trained for */
     int shared_classifier; /* the output layer reuses the token embedding */
@@ -148,7 +151,10 @@ typedef struct {
     const float *rms_att;     /* [n_layers][dim] */
     const float *rms_ffn;     /* [n_layers][dim] */
     const float *rms_final;   /* [dim] */
-    Matrix *wq, *wk, *wv, *wo; /* per layer: [dim][dim], [kv_dim][dim], [kv_dim][dim], [dim][dim] */
+    /* q_dim = n_heads * head_size, kv_dim = n_kv_heads * head_size */
+    Matrix *wq, *wk, *wv, *wo; /* per layer: [q_dim][dim], [kv_dim][dim], [kv_dim][dim], [dim][q_dim] */
+    const float *bq, *bk, *bv; /* qkv_bias: [n_layers][q_dim], [n_layers][kv_dim] twice; else NULL */
+    const float *q_norm, *k_norm; /* qk_norm: [n_layers][head_size] each; else NULL */
     Matrix *w1, *w2, *w3;     /* per layer: [hidden][dim], [dim][hidden], [hidden][dim] */
     Matrix classifier;        /* [vocab_size][dim] */
 } Weights;
@@ -188,11 +194,11 @@ typedef struct {
 
 typedef struct {
     float *x;      /* residual stream [dim] */
-    float *xb;     /* normalised x, then attention output [dim] */
+    float *xb;     /* normalised x, then attention output [max(dim, q_dim)] */
     float *xb2;    /* projection output [dim] */
     float *hb;     /* feed-forward gate [hidden_dim] */
     float *hb2;    /* feed-forward up [hidden_dim] */
-    float *q;      /* query [dim] */
+    float *q;      /* query [q_dim] */
     float *k;      /* this position's key [kv_dim], on its way into the cache */
     float *v;      /* and its value [kv_dim] */
     float *att;    /* one head's attention scores [n_pos] */
@@ -201,7 +207,7 @@ typedef struct {
     KVCache key_cache, value_cache;
     float *rope_cos; /* [n_pos][head_size / 2] */
     float *rope_sin;
-    int8_t *xq;      /* version 2: a projection's input in int8 [max(dim, hidden_dim)] */
+    int8_t *xq;      /* int8 and q4k weights: a projection's input in int8 [max(dim, hidden_dim, q_dim)] */
     float *xq_scale; /* and its scales, one per group */
     int n_pos;       /* positions the caches and RoPE tables hold */
 } RunState;
@@ -217,6 +223,12 @@ static void rmsnorm(float *out, const float *x, const float *weight, int n, floa
     ss += eps;
     ss = 1.0f / sqrtf(ss);
     for (int i = 0; i < n; i++) out[i] = weight[i] * (ss * x[i]);
+}
+
+/* Qwen3's q/k norm: rmsnorm() of each head of v [n_heads][head_size] on its
+   own, with the one weight vector of all heads. */
+static void rmsnorm_heads(float *v, int n_heads, const float *weight, int head_size, float eps) {
+    for (int h = 0; h < n_heads; h++) rmsnorm(v + (size_t)h * head_size, v + (size_t)h * head_size, weight, head_size, eps);
 }
 
 /* In place: x = exp(x - max) / sum(exp(x - max)); subtracting the max keeps
@@ -496,8 +508,8 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
     const Config *c = &ck->config;
     const Weights *w = &ck->weights;
     int dim = c->dim, hidden_dim = c->hidden_dim;
-    int head_size = dim / c->n_heads;
-    int kv_dim = head_size * c->n_kv_heads;
+    int head_size = c->head_size;
+    int q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
     int heads_per_kv = c->n_heads / c->n_kv_heads; /* query heads sharing a key/value head */
     const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2, *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
 
@@ -508,17 +520,26 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
            cache row of this position, and each head reads its KV head's rows */
         rmsnorm(s->xb, s->x, w->rms_att + (size_t)l * dim, dim, c->norm_eps);
         Input in = prepare_input(s, s->xb, dim);
-        linear(s->q, &in, &w->wq[l], dim);
+        linear(s->q, &in, &w->wq[l], q_dim);
         linear(s->k, &in, &w->wk[l], kv_dim);
         linear(s->v, &in, &w->wv[l], kv_dim);
-        rope(s->q, dim, head_size, cos_pos, sin_pos);
+        if (c->qkv_bias) {
+            add(s->q, w->bq + (size_t)l * q_dim, q_dim);
+            add(s->k, w->bk + (size_t)l * kv_dim, kv_dim);
+            add(s->v, w->bv + (size_t)l * kv_dim, kv_dim);
+        }
+        if (c->qk_norm) {
+            rmsnorm_heads(s->q, c->n_heads, w->q_norm + (size_t)l * head_size, head_size, c->norm_eps);
+            rmsnorm_heads(s->k, c->n_kv_heads, w->k_norm + (size_t)l * head_size, head_size, c->norm_eps);
+        }
+        rope(s->q, q_dim, head_size, cos_pos, sin_pos);
         rope(s->k, kv_dim, head_size, cos_pos, sin_pos);
         cache_store(&s->key_cache, l, pos, s->k, quantize);
         cache_store(&s->value_cache, l, pos, s->v, quantize);
         for (int h = 0; h < c->n_heads; h++)
             attention_head(s->xb + h * head_size, s->q + h * head_size, &s->key_cache, &s->value_cache, l,
                            h / heads_per_kv, pos, s->att, s->row);
-        in = prepare_input(s, s->xb, dim);
+        in = prepare_input(s, s->xb, q_dim);
         linear(s->xb2, &in, &w->wo[l], dim);
         add(s->x, s->xb2, dim);
 
@@ -597,15 +618,18 @@ static void shift_cache(RunState *s, const Config *c, int keep, int drop, int en
 /* The checkpoint layout, described once: the tensors in file order. Version 0
    (llama2.c's legacy export) interleaves the norms with the matrices and
    keeps two RoPE tables that this program recomputes; versions 1, 2 and 3
-   store the norms first. Matrices are fp32 (versions 0 and 1), int8 + scales
-   (version 2), or each in the type its entry in version 3's type table gives;
-   norms and tables are always fp32. */
+   store the norms first, then (when the header's flags say the model has
+   them) the q/k norms and the q, k, v biases. Matrices are fp32 (versions 0
+   and 1), int8 + scales (version 2), or each in the type its entry in version
+   3's type table gives; norms, biases and tables are always fp32. */
 typedef enum {
-    TOKEN_EMBEDDING, RMS_ATT, WQ, WK, WV, WO, RMS_FFN, W1, W2, W3, RMS_FINAL, ROPE_TABLES, CLASSIFIER
+    TOKEN_EMBEDDING, RMS_ATT, WQ, WK, WV, WO, RMS_FFN, W1, W2, W3, RMS_FINAL, ROPE_TABLES, Q_NORM, K_NORM, BQ, BK, BV,
+    CLASSIFIER
 } Tensor;
 
 static const char *const tensor_names[] = {"token_embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn",
-                                           "w1", "w2", "w3", "rms_final", "rope_tables", "classifier"};
+                                           "w1", "w2", "w3", "rms_final", "rope_tables", "q_norm", "k_norm",
+                                           "bq", "bk", "bv", "classifier"};
 
 /* Version 3's type table follows the header: for each matrix in file order
    (per-layer ones layer by layer), an int32 type and an int32 group size (int8:
@@ -616,11 +640,12 @@ typedef enum { TYPE_FP32 = 0, TYPE_INT8 = 1, TYPE_Q4K = 2 } MatrixType;
 
 static const Tensor legacy_layout[] = {TOKEN_EMBEDDING, RMS_ATT, WQ, WK, WV, WO, RMS_FFN,
                                        W1, W2, W3, RMS_FINAL, ROPE_TABLES, CLASSIFIER};
-static const Tensor header_layout[] = {RMS_ATT, RMS_FFN, RMS_FINAL, TOKEN_EMBEDDING, WQ, WK,
-                                       WV, WO, W1, W2, W3, CLASSIFIER};
+static const Tensor header_layout[] = {RMS_ATT, RMS_FFN, RMS_FINAL, Q_NORM, K_NORM, BQ, BK, BV, TOKEN_EMBEDDING,
+                                       WQ, WK, WV, WO, W1, W2, W3, CLASSIFIER};
 
 /* `count` tensors of rows x cols (count = n_layers for per-layer matrices, 0
-   for a classifier that is the token embedding). */
+   for a tensor the model does not have: a classifier that is the token
+   embedding, biases and q/k norms of models without them). */
 typedef struct {
     uint64_t count, rows, cols;
     int is_matrix;
@@ -628,11 +653,15 @@ typedef struct {
 
 static TensorShape tensor_shape(const Config *c, Tensor t) {
     uint64_t dim = c->dim, hidden = c->hidden_dim, layers = c->n_layers, vocab = c->vocab_size;
-    uint64_t head_size = dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    uint64_t head_size = c->head_size, q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
     switch (t) {
     case TOKEN_EMBEDDING: return (TensorShape){1, vocab, dim, 1};
     case RMS_ATT: case RMS_FFN: return (TensorShape){1, layers, dim, 0};
-    case WQ: case WO: return (TensorShape){layers, dim, dim, 1};
+    case Q_NORM: case K_NORM: return (TensorShape){c->qk_norm ? 1 : 0, layers, head_size, 0};
+    case BQ: return (TensorShape){c->qkv_bias ? 1 : 0, layers, q_dim, 0};
+    case BK: case BV: return (TensorShape){c->qkv_bias ? 1 : 0, layers, kv_dim, 0};
+    case WQ: return (TensorShape){layers, q_dim, dim, 1};
+    case WO: return (TensorShape){layers, dim, q_dim, 1};
     case WK: case WV: return (TensorShape){layers, kv_dim, dim, 1};
     case W1: case W3: return (TensorShape){layers, hidden, dim, 1};
     case W2: return (TensorShape){layers, dim, hidden, 1};
@@ -654,7 +683,7 @@ static float read_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
 
 /* A tensor's name for messages: "wq of layer 3". */
 static const char *tensor_name(char buf[64], Tensor t, uint64_t layer) {
-    int per_layer = t != TOKEN_EMBEDDING && t != CLASSIFIER && t != RMS_FINAL && t != ROPE_TABLES;
+    int per_layer = t == WQ || t == WK || t == WV || t == WO || t == W1 || t == W2 || t == W3;
     if (per_layer) snprintf(buf, 64, "%s of layer %llu", tensor_names[t], (unsigned long long)layer);
     else snprintf(buf, 64, "%s", tensor_names[t]);
     return buf;
@@ -727,6 +756,10 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
         c->low_freq_factor = read_f32(h + 56);
         c->high_freq_factor = read_f32(h + 60);
         c->original_max_position_embeddings = read_i32(h + 64);
+        c->head_size = read_i32(h + 68);
+        if (h[72] > 1 || h[73] > 1) fail("%s: qkv_bias flag %d or qk_norm flag %d is not 0 or 1", path, h[72], h[73]);
+        c->qkv_bias = h[72];
+        c->qk_norm = h[73];
         offset = HEADER_SIZE;
     } else {
         if (avail < LEGACY_HEADER_SIZE)
@@ -746,14 +779,22 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
        falls back to 0 (unk): a smaller vocabulary would index past its tables */
     if (c->vocab_size < 3)
         fail("%s: header field vocab_size is %d, must be at least 3 (unk, BOS, EOS)", path, c->vocab_size);
-    if (c->dim % c->n_heads) fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
-    if ((c->dim / c->n_heads) % 2) fail("%s: head size %d is odd (RoPE rotates pairs)", path, c->dim / c->n_heads);
+    if (c->head_size < 0) fail("%s: header field head_size is %d, must be positive (or 0: dim / n_heads)", path, c->head_size);
+    if (c->head_size == 0) {
+        if (c->dim % c->n_heads) fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
+        c->head_size = c->dim / c->n_heads;
+    }
+    if (c->head_size % 2) fail("%s: head size %d is odd (RoPE rotates pairs)", path, c->head_size);
+    if ((int64_t)c->head_size * c->n_heads > INT32_MAX / 4)
+        fail("%s: n_heads %d x head_size %d is too wide", path, c->n_heads, c->head_size);
+    int q_dim = c->head_size * c->n_heads;
     if (c->n_heads % c->n_kv_heads)
         fail("%s: n_heads %d is not a multiple of n_kv_heads %d", path, c->n_heads, c->n_kv_heads);
     if (c->version == 2) {
         if (c->group_size <= 0) fail("%s: group_size is %d, must be positive", path, c->group_size);
-        if (c->dim % c->group_size || c->hidden_dim % c->group_size)
-            fail("%s: group_size %d does not divide dim %d and hidden_dim %d", path, c->group_size, c->dim, c->hidden_dim);
+        if (c->dim % c->group_size || c->hidden_dim % c->group_size || q_dim % c->group_size)
+            fail("%s: group_size %d does not divide dim %d, hidden_dim %d and n_heads x head_size %d", path,
+                 c->group_size, c->dim, c->hidden_dim, q_dim);
     }
     if (c->version == 3 && c->group_size != 0)
         fail("%s: group_size is %d, must be 0 in version 3 (each matrix has its own)", path, c->group_size);
@@ -880,6 +921,11 @@ static void map_weights(Checkpoint *ck, const char *path) {
             case RMS_ATT: w->rms_att = m.f32; break;
             case RMS_FFN: w->rms_ffn = m.f32; break;
             case RMS_FINAL: w->rms_final = m.f32; break;
+            case Q_NORM: w->q_norm = m.f32; break;
+            case K_NORM: w->k_norm = m.f32; break;
+            case BQ: w->bq = m.f32; break;
+            case BK: w->bk = m.f32; break;
+            case BV: w->bv = m.f32; break;
             case ROPE_TABLES: break; /* recomputed in init_run_state() */
             case CLASSIFIER: w->classifier = m; break;
             default: (*layers)[k] = m; break;
@@ -944,7 +990,7 @@ typedef enum { CACHE_FP32, CACHE_INT8 } CacheType;
 static void init_kv_cache(KVCache *c, const Config *config, int n_blocks, int block_size, CacheType type) {
     static const int first_block = 0;
     *c = (KVCache){.n_layers = config->n_layers, .n_kv_heads = config->n_kv_heads,
-                   .head_size = config->dim / config->n_heads, .block_size = block_size, .blocks = &first_block};
+                   .head_size = config->head_size, .block_size = block_size, .blocks = &first_block};
     size_t rows = (size_t)n_blocks * config->n_layers * config->n_kv_heads * block_size;
     c->f32 = type == CACHE_FP32 ? alloc_cache(rows * c->head_size, sizeof(float)) : NULL;
     c->q = type == CACHE_INT8 ? alloc_cache(rows * c->head_size, 1) : NULL;
@@ -973,20 +1019,26 @@ static float rope_frequency(const Config *c, int i, int head_size) {
     return (1 - smooth) * freq / c->rope_scaling_factor + smooth * freq;
 }
 
+/* The widest input of a projection: dim, hidden_dim, or (wo) n_heads * head_size. */
+static size_t widest_input(const Config *c) {
+    size_t q_dim = (size_t)c->head_size * c->n_heads, widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    return q_dim > widest ? q_dim : widest;
+}
+
 /* Buffers for positions 0 .. n_pos - 1: the context (generate and chat shift
    it when it is full). The KV caches: one block of n_pos positions, or (batch
    mode's pool, n_blocks > 0) n_blocks blocks of KV_BLOCK. */
 static void init_run_state(RunState *s, const Config *c, int n_pos, int n_blocks, CacheType cache) {
-    size_t head_size = c->dim / c->n_heads;
-    size_t kv_dim = head_size * c->n_kv_heads;
-    size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    size_t head_size = c->head_size;
+    size_t q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    size_t widest = widest_input(c);
     s->n_pos = n_pos;
     s->x = xcalloc(c->dim, sizeof(float));
-    s->xb = xcalloc(c->dim, sizeof(float));
+    s->xb = xcalloc(q_dim > (size_t)c->dim ? q_dim : (size_t)c->dim, sizeof(float));
     s->xb2 = xcalloc(c->dim, sizeof(float));
     s->hb = xcalloc(c->hidden_dim, sizeof(float));
     s->hb2 = xcalloc(c->hidden_dim, sizeof(float));
-    s->q = xcalloc(c->dim, sizeof(float));
+    s->q = xcalloc(q_dim, sizeof(float));
     s->k = xcalloc(kv_dim, sizeof(float));
     s->v = xcalloc(kv_dim, sizeof(float));
     s->att = xcalloc(n_pos, sizeof(float));
@@ -3824,11 +3876,11 @@ static const KernelSet *choose_kernels(const char *cap) {
 typedef struct {
     RunState *s;
     float *x;   /* residual stream [MAX_BATCH][dim] */
-    float *xb;  /* normalised x, then attention output [MAX_BATCH][dim] */
+    float *xb;  /* normalised x, then attention output [MAX_BATCH][max(dim, q_dim)] */
     float *xb2; /* projection output [MAX_BATCH][dim] */
     float *hb;  /* feed-forward gate [MAX_BATCH][hidden_dim] */
     float *hb2; /* feed-forward up [MAX_BATCH][hidden_dim] */
-    float *q;   /* queries [MAX_BATCH][dim] */
+    float *q;   /* queries [MAX_BATCH][q_dim] */
     float *k;   /* keys [MAX_BATCH][kv_dim], on their way into the cache */
     float *v;   /* values [MAX_BATCH][kv_dim] */
     float *att; /* attention scores, per thread a row for each of 8 queries [n_threads][8][n_pos] */
@@ -3852,15 +3904,15 @@ static void *batch_buffer(size_t count, size_t size) {
 /* classify_all: forward_batch() may be asked for every token's logits, so
    out_t also has room for the classifier's rows. */
 static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, int classify_all) {
-    size_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    size_t widest = widest_input(c);
+    size_t head_size = c->head_size, q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
     *b = (Batch){.s = s};
     b->x = batch_buffer(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    b->xb = batch_buffer(MAX_BATCH * (size_t)c->dim, sizeof(float));
+    b->xb = batch_buffer(MAX_BATCH * (q_dim > (size_t)c->dim ? q_dim : (size_t)c->dim), sizeof(float));
     b->xb2 = batch_buffer(MAX_BATCH * (size_t)c->dim, sizeof(float));
     b->hb = batch_buffer(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
     b->hb2 = batch_buffer(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
-    b->q = batch_buffer(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    size_t head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    b->q = batch_buffer(MAX_BATCH * q_dim, sizeof(float));
     b->k = batch_buffer(MAX_BATCH * kv_dim, sizeof(float));
     b->v = batch_buffer(MAX_BATCH * kv_dim, sizeof(float));
     b->att = batch_buffer((size_t)n_threads * 8 * s->n_pos, sizeof(float));
@@ -3873,7 +3925,8 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
         b->q8_tokens = batch_buffer(MAX_BATCH * (2 * widest + 8 * groups), 1);
     }
     if (c->fp32_matrices) b->x_t = batch_buffer(MAX_BATCH * widest, sizeof(float));
-    size_t projected_rows = 3 * (size_t)c->dim > 2 * (size_t)c->hidden_dim ? 3 * (size_t)c->dim : 2 * (size_t)c->hidden_dim;
+    size_t qkv_rows = q_dim + 2 * kv_dim, projected_rows = qkv_rows > 2 * (size_t)c->hidden_dim ? qkv_rows : 2 * (size_t)c->hidden_dim;
+    if (projected_rows < (size_t)c->dim) projected_rows = c->dim; /* wo and w2 */
     size_t rows = classify_all && (size_t)c->vocab_size > projected_rows ? (size_t)c->vocab_size : projected_rows;
     /* as batch_buffer(), but the classifier's rows are touched only if they are used */
     b->out_t = xaligned(MAX_BATCH * rows, sizeof(float), 64);
@@ -4054,13 +4107,13 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     const Config *c = job->c;
     Batch *b = job->b;
     RunState *s = b->s;
-    int head_size = c->dim / c->n_heads, heads_per_kv = c->n_heads / c->n_kv_heads;
+    int head_size = c->head_size, heads_per_kv = c->n_heads / c->n_kv_heads, q_dim = head_size * c->n_heads;
     for (int unit = begin; unit < end; unit++) {
         const TokenBlock *block = &job->blocks[unit / c->n_kv_heads];
         const Segment *seg = &job->segments[block->segment];
         int kv_head = unit % c->n_kv_heads;
-        size_t first_head = (size_t)block->first * c->dim + (size_t)kv_head * heads_per_kv * head_size;
-        kernels->attention_block(b->xb + first_head, b->q + first_head, block->n, c->dim,
+        size_t first_head = (size_t)block->first * q_dim + (size_t)kv_head * heads_per_kv * head_size;
+        kernels->attention_block(b->xb + first_head, b->q + first_head, block->n, q_dim,
                                  seg->pos + block->first - seg->first, seg->keys, seg->values, job->layer, kv_head,
                                  b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, b->rows + (size_t)thread * head_size,
                                  heads_per_kv);
@@ -4080,7 +4133,7 @@ static void attention(Batch *b, const Config *c, int layer, const Segment *segme
         /* two passes (scores, values) over keys and values that, when decoding, come
            from memory (the weights read since have pushed them out of the caches):
            measured at stories110M's shape, as slow as about 8 multiply-adds */
-        work += 8.0 * seg->n * c->n_heads * (seg->pos + seg->n) * (c->dim / c->n_heads);
+        work += 8.0 * seg->n * c->n_heads * (seg->pos + seg->n) * c->head_size;
     }
     AttentionJob job = {b, c, segments, blocks, layer};
     parallel_for(attention_task, &job, n_blocks * c->n_kv_heads, work);
@@ -4100,30 +4153,40 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
     const Weights *w = &ck->weights;
     RunState *s = b->s;
     int dim = c->dim, hidden_dim = c->hidden_dim;
-    int head_size = dim / c->n_heads;
-    int kv_dim = head_size * c->n_kv_heads;
+    int head_size = c->head_size;
+    int q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
 
     for (int t = 0; t < T; t++) embed(b->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim);
 
     for (int l = 0; l < c->n_layers; l++) {
         rmsnorm_batch(b->xb, b->x, w->rms_att + (size_t)l * dim, T, dim, c->norm_eps);
-        Projection qkv[3] = {{&w->wq[l], b->q, dim}, {&w->wk[l], b->k, kv_dim}, {&w->wv[l], b->v, kv_dim}};
+        Projection qkv[3] = {{&w->wq[l], b->q, q_dim}, {&w->wk[l], b->k, kv_dim}, {&w->wv[l], b->v, kv_dim}};
         matmul(b, b->xb, dim, T, qkv, 3);
         for (int i = 0; i < n_segments; i++) {
             const Segment *seg = &segments[i];
             for (int t = seg->first; t < seg->first + seg->n; t++) {
                 int pos = seg->pos + t - seg->first;
+                float *q = b->q + (size_t)t * q_dim, *k = b->k + (size_t)t * kv_dim, *v = b->v + (size_t)t * kv_dim;
                 const float *cos_pos = s->rope_cos + (size_t)pos * head_size / 2;
                 const float *sin_pos = s->rope_sin + (size_t)pos * head_size / 2;
-                rope(b->q + (size_t)t * dim, dim, head_size, cos_pos, sin_pos);
-                rope(b->k + (size_t)t * kv_dim, kv_dim, head_size, cos_pos, sin_pos);
-                cache_store(seg->keys, l, pos, b->k + (size_t)t * kv_dim, kernels->quantize);
-                cache_store(seg->values, l, pos, b->v + (size_t)t * kv_dim, kernels->quantize);
+                if (c->qkv_bias) {
+                    add(q, w->bq + (size_t)l * q_dim, q_dim);
+                    add(k, w->bk + (size_t)l * kv_dim, kv_dim);
+                    add(v, w->bv + (size_t)l * kv_dim, kv_dim);
+                }
+                if (c->qk_norm) {
+                    rmsnorm_heads(q, c->n_heads, w->q_norm + (size_t)l * head_size, head_size, c->norm_eps);
+                    rmsnorm_heads(k, c->n_kv_heads, w->k_norm + (size_t)l * head_size, head_size, c->norm_eps);
+                }
+                rope(q, q_dim, head_size, cos_pos, sin_pos);
+                rope(k, kv_dim, head_size, cos_pos, sin_pos);
+                cache_store(seg->keys, l, pos, k, kernels->quantize);
+                cache_store(seg->values, l, pos, v, kernels->quantize);
             }
         }
         attention(b, c, l, segments, n_segments);
         Projection wo = {&w->wo[l], b->xb2, dim};
-        matmul(b, b->xb, dim, T, &wo, 1);
+        matmul(b, b->xb, q_dim, T, &wo, 1);
         add(b->x, b->xb2, T * dim);
 
         rmsnorm_batch(b->xb, b->x, w->rms_ffn + (size_t)l * dim, T, dim, c->norm_eps);

@@ -127,24 +127,39 @@ typedef struct {
     int dim, hidden, layers, heads, kv_heads, vocab, seq_len, shared;
     float rope_factor, low_freq_factor, high_freq_factor; /* Llama 3 RoPE scaling; 0 = none */
     int original_context;
+    int head_size;         /* 0: dim / heads */
+    int qkv_bias, qk_norm; /* Qwen2's biases, Qwen3's q/k norms */
     float *emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *cls;
+    float *bq, *bk, *bv, *q_norm, *k_norm; /* NULL unless the flags above */
 } TinyModel;
+
+static int tiny_head_size(const TinyModel *m) { return m->head_size ? m->head_size : m->dim / m->heads; }
 
 /* Random weights for the shape in m: matrices uniform in +-scale, norms near 1. */
 static void random_weights(TinyModel *m, float scale) {
-    size_t dim = m->dim, hidden = m->hidden, layers = m->layers, kv = dim / m->heads * m->kv_heads;
+    size_t dim = m->dim, hidden = m->hidden, layers = m->layers, hs = tiny_head_size(m);
+    size_t qd = hs * m->heads, kv = hs * m->kv_heads;
     m->emb = random_tensor(m->vocab * dim, 1, 0);
     m->rms_att = random_tensor(layers * dim, 0.2f, 1);
-    m->wq = random_tensor(layers * dim * dim, scale, 0);
+    m->wq = random_tensor(layers * qd * dim, scale, 0);
     m->wk = random_tensor(layers * kv * dim, scale, 0);
     m->wv = random_tensor(layers * kv * dim, scale, 0);
-    m->wo = random_tensor(layers * dim * dim, scale, 0);
+    m->wo = random_tensor(layers * dim * qd, scale, 0);
     m->rms_ffn = random_tensor(layers * dim, 0.2f, 1);
     m->w1 = random_tensor(layers * hidden * dim, scale, 0);
     m->w2 = random_tensor(layers * dim * hidden, scale, 0);
     m->w3 = random_tensor(layers * hidden * dim, scale, 0);
     m->rms_final = random_tensor(dim, 0.2f, 1);
     m->cls = m->shared ? m->emb : random_tensor(m->vocab * dim, 1, 0);
+    if (m->qkv_bias) {
+        m->bq = random_tensor(layers * qd, 0.5f, 0);
+        m->bk = random_tensor(layers * kv, 0.5f, 0);
+        m->bv = random_tensor(layers * kv, 0.5f, 0);
+    }
+    if (m->qk_norm) {
+        m->q_norm = random_tensor(layers * hs, 0.5f, 1);
+        m->k_norm = random_tensor(layers * hs, 0.5f, 1);
+    }
 }
 
 static TinyModel tiny_model_layers(int shared, int seq_len, int layers) {
@@ -171,8 +186,9 @@ static void small_random_weights(TinyModel *m) {
 }
 
 static void free_tiny(TinyModel *m) {
-    float *all[] = {m->emb, m->rms_att, m->wq, m->wk, m->wv, m->wo, m->rms_ffn, m->w1, m->w2, m->w3, m->rms_final};
-    for (int i = 0; i < 11; i++) free(all[i]);
+    float *all[] = {m->emb, m->rms_att, m->wq, m->wk, m->wv, m->wo, m->rms_ffn, m->w1, m->w2, m->w3, m->rms_final,
+                    m->bq, m->bk, m->bv, m->q_norm, m->k_norm};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     if (!m->shared) free(m->cls);
 }
 
@@ -190,6 +206,9 @@ static void put_v1_header(Buffer *b, const TinyModel *m, int version, int group_
     memcpy(hdr + 56, &m->low_freq_factor, 4);
     memcpy(hdr + 60, &m->high_freq_factor, 4);
     memcpy(hdr + 64, &m->original_context, 4);
+    memcpy(hdr + 68, &m->head_size, 4);
+    hdr[72] = (uint8_t)m->qkv_bias;
+    hdr[73] = (uint8_t)m->qk_norm;
     put(b, hdr, sizeof hdr);
 }
 
@@ -284,6 +303,11 @@ static float *tiny_tensor(const TinyModel *m, Tensor t, uint64_t l, uint64_t siz
     case W2: return m->w2 + l * size;
     case W3: return m->w3 + l * size;
     case CLASSIFIER: return m->cls;
+    case Q_NORM: return m->q_norm;
+    case K_NORM: return m->k_norm;
+    case BQ: return m->bq;
+    case BK: return m->bk;
+    case BV: return m->bv;
     case ROPE_TABLES: break;
     }
     return NULL;
@@ -295,7 +319,8 @@ static float *tiny_tensor(const TinyModel *m, Tensor t, uint64_t l, uint64_t siz
 static Buffer write_checkpoint(TinyModel *m, int version, int gs, float theta, float eps) {
     Buffer b = {0};
     Config c = {.dim = m->dim, .hidden_dim = m->hidden, .n_layers = m->layers, .n_heads = m->heads,
-                .n_kv_heads = m->kv_heads, .vocab_size = m->vocab, .seq_len = m->seq_len,
+                .n_kv_heads = m->kv_heads, .head_size = tiny_head_size(m), .qkv_bias = m->qkv_bias,
+                .qk_norm = m->qk_norm, .vocab_size = m->vocab, .seq_len = m->seq_len,
                 .shared_classifier = m->shared, .version = version, .group_size = version == 2 ? gs : 0};
     if (version == 0) {
         int32_t hdr[7] = {m->dim, m->hidden, m->layers, m->heads, m->kv_heads, m->shared ? m->vocab : -m->vocab, m->seq_len};
@@ -618,7 +643,7 @@ static void test_q4k(void) {
 static void test_rope(void) {
     seek_random(331);
     enum { HS = 8, N = 16, POS = 5 };
-    Config c = {.dim = N, .hidden_dim = 4, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+    Config c = {.dim = N, .hidden_dim = 4, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .head_size = HS,
                 .vocab_size = 4, .seq_len = 8, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     RunState s;
     init_run_state(&s, &c, c.seq_len, 0, CACHE_FP32);
@@ -762,8 +787,8 @@ static void test_attention(void) {
    zeros has scale 0. The fp32 cache gives back what went in. */
 static void test_cache_quantization(void) {
     seek_random(473);
-    Config c = {.dim = 64, .hidden_dim = 4, .n_layers = 2, .n_heads = 8, .n_kv_heads = 4, .vocab_size = 4,
-                .seq_len = 3, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    Config c = {.dim = 64, .hidden_dim = 4, .n_layers = 2, .n_heads = 8, .n_kv_heads = 4, .head_size = 8,
+                .vocab_size = 4, .seq_len = 3, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     enum { HS = 8, KV_DIM = 32 };
     RunState s8, s32;
     init_run_state(&s8, &c, c.seq_len, 0, CACHE_INT8);
@@ -819,12 +844,13 @@ static void test_swiglu(void) {
 /* Reference forward pass in double precision, written plainly and separately
    from run.c: recomputes attention over all positions of `tokens` and returns
    the logits of the last one. theta and eps as stored in the model; RoPE scaled
-   when the model says so. */
+   when the model says so; Qwen2's biases and Qwen3's q/k norms (after the
+   projection, before RoPE) when it has them. */
 static void reference_logits(const TinyModel *m, const int *tokens, int n, double theta, double eps, double *logits) {
-    int d = m->dim, hs = d / m->heads, kvd = hs * m->kv_heads, h = m->hidden;
+    int d = m->dim, hs = tiny_head_size(m), qd = hs * m->heads, kvd = hs * m->kv_heads, h = m->hidden;
     double *x = calloc((size_t)n * d, sizeof(double)), *xn = calloc(d, sizeof(double));
-    double *q = calloc((size_t)n * d, sizeof(double)), *k = calloc((size_t)n * kvd, sizeof(double));
-    double *v = calloc((size_t)n * kvd, sizeof(double)), *att = calloc(d, sizeof(double));
+    double *q = calloc((size_t)n * qd, sizeof(double)), *k = calloc((size_t)n * kvd, sizeof(double));
+    double *v = calloc((size_t)n * kvd, sizeof(double)), *att = calloc(qd, sizeof(double));
     double *a = calloc(h, sizeof(double)), *bb = calloc(h, sizeof(double));
     for (int p = 0; p < n; p++)
         for (int i = 0; i < d; i++) x[p * d + i] = m->emb[tokens[p] * d + i];
@@ -833,25 +859,34 @@ static void reference_logits(const TinyModel *m, const int *tokens, int n, doubl
             double ss = 0;
             for (int i = 0; i < d; i++) ss += x[p * d + i] * x[p * d + i];
             for (int i = 0; i < d; i++) xn[i] = x[p * d + i] / sqrt(ss / d + eps) * m->rms_att[l * d + i];
-            for (int r = 0; r < d; r++) {
-                double s = 0;
-                for (int i = 0; i < d; i++) s += m->wq[((size_t)l * d + r) * d + i] * xn[i];
-                q[p * d + r] = s;
+            for (int r = 0; r < qd; r++) {
+                double s = m->qkv_bias ? m->bq[l * qd + r] : 0;
+                for (int i = 0; i < d; i++) s += m->wq[((size_t)l * qd + r) * d + i] * xn[i];
+                q[p * qd + r] = s;
             }
             for (int r = 0; r < kvd; r++) {
-                double sk = 0, sv = 0;
+                double sk = m->qkv_bias ? m->bk[l * kvd + r] : 0, sv = m->qkv_bias ? m->bv[l * kvd + r] : 0;
                 for (int i = 0; i < d; i++) {
                     sk += m->wk[((size_t)l * kvd + r) * d + i] * xn[i];
                     sv += m->wv[((size_t)l * kvd + r) * d + i] * xn[i];
                 }
                 k[p * kvd + r] = sk, v[p * kvd + r] = sv;
             }
-            for (int i = 0; i < d; i += 2) {
+            for (int head = 0; m->qk_norm && head < m->heads; head++) { /* each head: x / rms(x) * weight */
+                double *qh = q + p * qd + head * hs, *kh = k + p * kvd + head * hs, sq = 0, sk = 0;
+                int with_k = head < m->kv_heads;
+                for (int i = 0; i < hs; i++) sq += qh[i] * qh[i], sk += with_k ? kh[i] * kh[i] : 0;
+                for (int i = 0; i < hs; i++) {
+                    qh[i] = qh[i] / sqrt(sq / hs + eps) * m->q_norm[l * hs + i];
+                    if (with_k) kh[i] = kh[i] / sqrt(sk / hs + eps) * m->k_norm[l * hs + i];
+                }
+            }
+            for (int i = 0; i < qd; i += 2) {
                 double freq = llama3_frequency(theta, i % hs, hs, m->rope_factor, m->low_freq_factor,
                                                m->high_freq_factor, m->original_context);
                 double ang = p * freq, c = cos(ang), s = sin(ang);
-                double q0 = q[p * d + i], q1 = q[p * d + i + 1];
-                q[p * d + i] = q0 * c - q1 * s, q[p * d + i + 1] = q0 * s + q1 * c;
+                double q0 = q[p * qd + i], q1 = q[p * qd + i + 1];
+                q[p * qd + i] = q0 * c - q1 * s, q[p * qd + i + 1] = q0 * s + q1 * c;
                 if (i < kvd) {
                     double k0 = k[p * kvd + i], k1 = k[p * kvd + i + 1];
                     k[p * kvd + i] = k0 * c - k1 * s, k[p * kvd + i + 1] = k0 * s + k1 * c;
@@ -864,7 +899,7 @@ static void reference_logits(const TinyModel *m, const int *tokens, int n, doubl
                 double w[64], sum = 0, mx = -1e300;
                 for (int t = 0; t <= p; t++) {
                     double s = 0;
-                    for (int i = 0; i < hs; i++) s += q[p * d + head * hs + i] * k[t * kvd + kvh * hs + i];
+                    for (int i = 0; i < hs; i++) s += q[p * qd + head * hs + i] * k[t * kvd + kvh * hs + i];
                     w[t] = s / sqrt(hs);
                     mx = fmax(mx, w[t]);
                 }
@@ -878,7 +913,7 @@ static void reference_logits(const TinyModel *m, const int *tokens, int n, doubl
             /* attention output into the residual, then the SwiGLU feed-forward */
             for (int r = 0; r < d; r++) {
                 double s = 0;
-                for (int i = 0; i < d; i++) s += m->wo[((size_t)l * d + r) * d + i] * att[i];
+                for (int i = 0; i < qd; i++) s += m->wo[((size_t)l * d + r) * qd + i] * att[i];
                 xn[r] = s;
             }
             for (int i = 0; i < d; i++) x[p * d + i] += xn[i];
@@ -1058,6 +1093,59 @@ static void expect_model_error(const char *what, const void *data, size_t n, con
           "%s: want exit 1 and a line with '%s', got %d: %s", what, needle, r.status, r.err);
     unlink(path);
     free(path);
+}
+
+/* Qwen's additions against the reference: Qwen2's q/k/v biases; Qwen3's q/k
+   norms with heads of their own width (q 32 wide over a stream of 16, as
+   Qwen3-0.6B's q is 2048 wide over 1024); and a head size that no fast
+   attention kernel takes (6). fp32, int8 and version 3, with the batched
+   forward against forward(). Then the header's new fields, damaged. */
+static void test_qwen_models(const char *tokenizer) {
+    seek_random(2700001);
+    struct {
+        int head_size, qkv_bias, qk_norm;
+        const char *what;
+    } kinds[] = {{0, 1, 0, "Qwen2 (q/k/v biases)"},
+                 {8, 0, 1, "Qwen3 (q/k norms, 4 heads of 8 over dim 16)"},
+                 {6, 1, 1, "head size 6 with biases and q/k norms"}};
+    for (int k = 0; k < 3; k++)
+        for (int shared = 0; shared <= 1; shared++) {
+            TinyModel m = {.dim = 16, .hidden = 24, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40,
+                           .seq_len = 8, .shared = shared, .head_size = kinds[k].head_size,
+                           .qkv_bias = kinds[k].qkv_bias, .qk_norm = kinds[k].qk_norm};
+            random_weights(&m, 0.5f);
+            Buffer v1 = write_checkpoint(&m, 1, 0, 1e6f, 1e-6f);
+            char *path = write_temp(v1.data, v1.n), what[128];
+            double scale = 0, e = forward_error(path, &m, 1e6, 1e-6, &scale);
+            check(e < 1e-4, "%s v1 forward (shared=%d) is off the reference by %g", kinds[k].what, shared, e);
+            snprintf(what, sizeof what, "%s v1", kinds[k].what);
+            test_batched_forward(path, what);
+            snprintf(what, sizeof what, "%s v2", kinds[k].what);
+            check_quantized_model(&m, 2, 8, 0.1, what);
+            snprintf(what, sizeof what, "%s v3 int8", kinds[k].what);
+            check_quantized_model(&m, 3, 8, 0.1, what);
+            unlink(path), free(path), free(v1.data);
+            free_tiny(&m);
+        }
+
+    TinyModel m = {.dim = 16, .hidden = 24, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = 8,
+                   .shared = 1, .head_size = 8, .qk_norm = 1};
+    random_weights(&m, 0.5f);
+    Buffer good = write_checkpoint(&m, 1, 0, 0, 0);
+    uint8_t *bad = malloc(good.n);
+    struct {
+        int at;
+        int32_t value;
+        const char *needle;
+    } damage[] = {{68, -8, "head_size is -8"}, {68, 7, "head size 7 is odd"}, {72, 2, "qkv_bias flag 2"},
+                  {73, 3, "qk_norm flag 3"}, {68, 6, "header describes"}};
+    for (int i = 0; i < 5; i++) {
+        memcpy(bad, good.data, good.n);
+        if (damage[i].at == 68) memcpy(bad + 68, &damage[i].value, 4);
+        else bad[damage[i].at] = (uint8_t)damage[i].value;
+        expect_model_error(damage[i].needle, bad, good.n, damage[i].needle, tokenizer);
+    }
+    free(bad), free(good.data), free_tiny(&m);
 }
 
 /* Version 3's type table and scales, damaged one way at a time. */
@@ -1788,7 +1876,7 @@ static void test_fast_matvec_q8(void) {
    per-token plain matvecs. */
 static void test_batched_matmul(void) {
     /* version 2 (int8, the smallest group size tested) and 1 (fp32): the batch's buffers are for one or the other */
-    Config c = {.dim = 96, .hidden_dim = 512, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 4,
+    Config c = {.dim = 96, .hidden_dim = 512, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .head_size = 48, .vocab_size = 4,
                 .seq_len = 8, .version = 2, .group_size = 4, .smallest_group = 4, .rope_theta = 10000.0f,
                 .norm_eps = 1e-5f};
     Config c_fp32 = c;
@@ -2587,7 +2675,7 @@ static void test_speculative_goldens(const char *run) {
 static double check_shifted_cache(const char *what, Model *m, const int *tokens, int rows, int shifts) {
     const Config *c = &m->ck.config;
     const KVCache *keys = &m->state.key_cache, *values = &m->state.value_cache;
-    int n_pos = m->state.n_pos, head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    int n_pos = m->state.n_pos, head_size = c->head_size, kv_dim = head_size * c->n_kv_heads;
     int int8 = keys->q != NULL;
     RunState fresh;
     init_run_state(&fresh, c, n_pos, 0, int8 ? CACHE_INT8 : CACHE_FP32);
@@ -3588,6 +3676,7 @@ int main(void) {
     test_forward_matches_reference();
     test_q4k_model();
     test_checkpoint_errors(tokenizer);
+    test_qwen_models(tokenizer);
     test_v3_errors(tokenizer);
     test_small_vocab(tokenizer);
     test_shared_versions();
