@@ -475,8 +475,11 @@ def export_gguf_tokenizer(path, out):
 # order; nothing is loaded before it is asked for, so big models export with
 # about one tensor in memory at a time (safetensors and --bin inputs).
 
-LAYER_TENSORS = ("attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3")
-NORMS = ("attention_norm", "ffn_norm", "norm")
+LAYER_TENSORS = ("attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3",
+                 "q_norm", "k_norm", "bq", "bk", "bv")
+# 1-D tensors, always fp32: the norms, Qwen3's q/k norms and Qwen2's q/k/v biases
+VECTORS = ("attention_norm", "ffn_norm", "norm", "q_norm", "k_norm", "bq", "bk", "bv")
+QK_NORMS, QKV_BIASES = ("q_norm", "k_norm"), ("bq", "bk", "bv")
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_NORM_EPS = 1e-5
 FLOAT32_MAX = 3.4028234663852886e38
@@ -489,12 +492,13 @@ LEGACY_HEADER_SIZE = 28
 # for that tensor of every layer in turn; "output" (the classifier) is stored only
 # when it is not shared with tok_embeddings. freqs_cos and freqs_sin are version
 # 0's RoPE tables (llama2.c run.c's freq_cis_real and freq_cis_imag), which the
-# writer computes (rope_tables) and nothing reads.
+# writer computes (rope_tables) and nothing reads. q_norm and k_norm are stored only
+# for models that have them (Qwen3), bq, bk and bv likewise (Qwen2).
 LAYOUTS = {
     0: ("tok_embeddings", "attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3", "norm",
         "freqs_cos", "freqs_sin", "output"),
-    1: ("attention_norm", "ffn_norm", "norm", "tok_embeddings", "wq", "wk", "wv", "wo", "w1", "w2", "w3",
-        "output"),
+    1: ("attention_norm", "ffn_norm", "norm", "q_norm", "k_norm", "bq", "bk", "bv", "tok_embeddings", "wq", "wk",
+        "wv", "wo", "w1", "w2", "w3", "output"),
 }
 LAYOUTS[2] = LAYOUTS[1]  # the same order, with the matrices in int8
 LAYOUTS[3] = LAYOUTS[1]  # the same order, each matrix in the type its table entry gives
@@ -507,7 +511,8 @@ Q4K_BLOCK, Q4K_BLOCK_BYTES = 256, 144
 def layout(version, config):
     """(name, layer) of each tensor that a checkpoint of this version stores, in file order."""
     for name in LAYOUTS[version]:
-        if name == "output" and config.shared_classifier:
+        if (name == "output" and config.shared_classifier or name in QK_NORMS and not config.qk_norm
+                or name in QKV_BIASES and not config.qkv_bias):
             continue
         for layer in range(config.n_layers) if name in LAYER_TENSORS else [None]:
             yield name, layer
@@ -523,7 +528,7 @@ def matrix_bytes(n, type_code, group_size):
 def is_quantized(version, name):
     """Version 2 stores every matrix as int8 values plus fp32 scales (version 3 as its
     table says); norms stay fp32."""
-    return version >= 2 and name not in NORMS
+    return version >= 2 and name not in VECTORS
 
 
 def import_numpy():
@@ -562,7 +567,7 @@ def torch_to_numpy(tensor):
 class Config:
     def __init__(self, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len,
                  rope_theta=DEFAULT_ROPE_THETA, norm_eps=DEFAULT_NORM_EPS, shared_classifier=True,
-                 rope_scaling=None):
+                 rope_scaling=None, head_dim=None, qkv_bias=False, qk_norm=False):
         self.dim = int(dim)
         self.hidden_dim = int(hidden_dim)
         self.n_layers = int(n_layers)
@@ -576,18 +581,29 @@ class Config:
         # Llama 3.1's RoPE scaling: None, or (factor, low_freq_factor, high_freq_factor,
         # original_max_position_embeddings), as transformers' rope_type "llama3" has them
         self.rope_scaling = rope_scaling
+        # Qwen3: heads of their own width (None: dim / n_heads), an RMSNorm over each
+        # head of q and k; Qwen2: biases on the q, k and v projections
+        self.head_dim = None if head_dim is None else int(head_dim)
+        self.qkv_bias = bool(qkv_bias)
+        self.qk_norm = bool(qk_norm)
 
     @property
     def head_size(self):
-        return self.dim // self.n_heads
+        return self.head_dim if self.head_dim is not None else self.dim // self.n_heads
+
+    @property
+    def q_dim(self):
+        return self.head_size * self.n_heads
 
     @property
     def kv_dim(self):
         return self.head_size * self.n_kv_heads
 
     def check(self):
-        if self.dim <= 0 or self.n_heads <= 0 or self.dim % self.n_heads:
+        if self.n_heads <= 0 or self.head_dim is None and (self.dim <= 0 or self.dim % self.n_heads):
             raise ExportError(f"dim {self.dim} is not a multiple of n_heads {self.n_heads}")
+        if self.head_size <= 0:
+            raise ExportError(f"head size {self.head_size} is not positive")
         if self.head_size % 2:
             raise ExportError(f"head size {self.head_size} is odd: RoPE needs pairs")
         if self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
@@ -607,11 +623,12 @@ class Config:
                                   "is not a positive 32-bit integer")
 
     def shape(self, name):
-        d, h, kv, v = self.dim, self.hidden_dim, self.kv_dim, self.vocab_size
+        d, h, kv, v, q = self.dim, self.hidden_dim, self.kv_dim, self.vocab_size, self.q_dim
         rope = (self.seq_len, self.head_size // 2)
         return {"tok_embeddings": (v, d), "output": (v, d), "norm": (d,),
                 "attention_norm": (d,), "ffn_norm": (d,),
-                "wq": (d, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, d),
+                "q_norm": (self.head_size,), "k_norm": (self.head_size,), "bq": (q,), "bk": (kv,), "bv": (kv,),
+                "wq": (q, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, q),
                 "w1": (h, d), "w2": (d, h), "w3": (h, d),
                 "freqs_cos": rope, "freqs_sin": rope}[name]
 
@@ -619,6 +636,8 @@ class Config:
         return (f"dim {self.dim}, hidden_dim {self.hidden_dim}, {self.n_layers} layers, "
                 f"{self.n_heads} heads, {self.n_kv_heads} KV heads, vocab {self.vocab_size}, "
                 f"seq_len {self.seq_len}, rope_theta {self.rope_theta:g}, norm_eps {self.norm_eps:g}, "
+                + (f"head size {self.head_size}, " if self.head_dim is not None else "")
+                + ("q/k norm, " if self.qk_norm else "") + ("q/k/v biases, " if self.qkv_bias else "") +
                 f"{'shared' if self.shared_classifier else 'separate'} classifier"
                 + (", RoPE scaling (llama3: factor {:g}, low_freq_factor {:g}, high_freq_factor {:g}, "
                    "original context {})".format(*self.rope_scaling) if self.rope_scaling else ""))
@@ -669,10 +688,20 @@ def rotate_half_to_interleaved(w, n_heads):
     In HF checkpoints each head's rows hold first the real parts of all RoPE pairs,
     then the imaginary parts (rotate-half order). run.c rotates adjacent pairs, so
     row j of the first half and row j of the second half must become rows 2j, 2j+1.
+    Rows may be matrix rows, bias entries or rows of quantized blocks.
     """
-    rows, cols = w.shape
+    rows = w.shape[0]
     half = rows // n_heads // 2
-    return w.reshape(n_heads, 2, half, cols).transpose(0, 2, 1, 3).reshape(rows, cols)
+    return w.reshape(n_heads, 2, half, -1).transpose(0, 2, 1, 3).reshape(w.shape)
+
+
+def to_interleaved(name, w, config):
+    """A tensor in rotate-half order (Hugging Face's, llama.cpp's NEOX one) in run.c's:
+    the query rows and bias per query head, the key ones per KV head, and the q/k
+    norm weights, which scale each head's values in place."""
+    heads = {"wq": config.n_heads, "bq": config.n_heads, "wk": config.n_kv_heads, "bk": config.n_kv_heads,
+             "q_norm": 1, "k_norm": 1}.get(name)
+    return w if heads is None else rotate_half_to_interleaved(w, heads)
 
 
 # ---------------------------------------------------------------------------
@@ -713,7 +742,9 @@ class SafetensorsFile:
 
 
 class HuggingFaceSource(Source):
-    SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM")
+    # architecture -> model_type; Qwen2 adds q/k/v biases, Qwen3 q/k norms and its own head_dim
+    SUPPORTED = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+                 "Qwen3ForCausalLM": "qwen3"}
 
     def __init__(self, folder, seq_len=None):
         config_path = os.path.join(folder, "config.json")
@@ -721,12 +752,14 @@ class HuggingFaceSource(Source):
             raise ExportError(f"{folder}: no config.json (is this a Hugging Face model folder?)")
         with open(config_path) as f:
             hf = json.load(f)
-        self._refuse_unsupported(hf)
+        kind = self._refuse_unsupported(hf)
         self.files = self._index(folder)  # tensor name -> reader
         names = set(self.files)
-        biases = sorted(n for n in names if n.endswith(".bias"))
+        allowed = re.compile(r"model\.layers\.\d+\.self_attn\.[qkv]_proj\.bias" if kind == "qwen2" else "^$")
+        biases = sorted(n for n in names if n.endswith(".bias") and not allowed.fullmatch(n))
         if biases:
-            raise ExportError(f"the model has bias tensors ({biases[0]}, ...): run.c has no biases")
+            raise ExportError(f"the model has bias tensors ({biases[0]}, ...): run.c has biases only on "
+                              "Qwen2's q, k and v projections")
 
         n_heads = hf["num_attention_heads"]
         tied = hf.get("tie_word_embeddings", False) or "lm_head.weight" not in names
@@ -741,7 +774,10 @@ class HuggingFaceSource(Source):
             rope_theta=hf.get("rope_theta", DEFAULT_ROPE_THETA),
             norm_eps=hf.get("rms_norm_eps", 1e-6),  # HF LlamaConfig's default
             shared_classifier=tied,
-            rope_scaling=self._rope_scaling(hf))
+            rope_scaling=self._rope_scaling(hf),
+            head_dim=hf.get("head_dim"),
+            qkv_bias=kind == "qwen2",
+            qk_norm=kind == "qwen3")
         self.config.check()
 
     @staticmethod
@@ -749,22 +785,28 @@ class HuggingFaceSource(Source):
         def refuse(field, why):
             raise ExportError(f"config.json: {field} = {json.dumps(hf.get(field))}: {why}; run.c cannot run this model")
 
-        archs = hf.get("architectures") or []
-        if archs and not any(a in HuggingFaceSource.SUPPORTED for a in archs):
-            refuse("architectures", "only LlamaForCausalLM and MistralForCausalLM are supported")
-        if not archs and hf.get("model_type") not in ("llama", "mistral"):
-            refuse("model_type", "only llama and mistral are supported")
+        supported = HuggingFaceSource.SUPPORTED
+        archs = [a for a in hf.get("architectures") or [] if a in supported]
+        if hf.get("architectures") and not archs:
+            refuse("architectures", "only " + ", ".join(supported) + " are supported")
+        kind = supported[archs[0]] if archs else hf.get("model_type")
+        if kind not in supported.values():
+            refuse("model_type", "only " + ", ".join(supported.values()) + " are supported")
         dim, heads = hf["hidden_size"], hf["num_attention_heads"]
-        if hf.get("head_dim") not in (None, dim // heads) or dim % heads:
-            refuse("head_dim", f"run.c needs head_dim = hidden_size / num_attention_heads = {dim / heads:g}")
+        head_dim = hf.get("head_dim")
+        if head_dim is None and dim % heads:
+            refuse("num_attention_heads", f"hidden_size {dim} is not a multiple of it, and there is no head_dim")
+        if head_dim is not None and (not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2):
+            refuse("head_dim", "run.c needs a positive even head size (RoPE rotates pairs)")
+        # Qwen's configs carry a sliding_window that only use_sliding_window turns on
         window = hf.get("sliding_window")
-        if window is not None and window < hf.get("max_position_embeddings", 2048):
+        if kind in ("llama", "mistral") and window is not None and window < hf.get("max_position_embeddings", 2048):
             refuse("sliding_window", "sliding-window attention is not supported "
                                      "(it is harmless only when >= max_position_embeddings)")
         if hf.get("use_sliding_window"):
             refuse("use_sliding_window", "sliding-window attention is not supported")
         if hf.get("attention_bias"):
-            refuse("attention_bias", "attention biases are not supported")
+            refuse("attention_bias", "attention biases are not supported (but for Qwen2's q, k and v ones)")
         if hf.get("mlp_bias"):
             refuse("mlp_bias", "MLP biases are not supported")
         if hf.get("partial_rotary_factor", 1.0) != 1.0:
@@ -772,6 +814,7 @@ class HuggingFaceSource(Source):
         for field in ("hidden_act", "hidden_activation"):
             if hf.get(field, "silu") != "silu":
                 refuse(field, "only the silu (SwiGLU) activation is supported")
+        return kind
 
     @staticmethod
     def _rope_scaling(hf):
@@ -842,18 +885,18 @@ class HuggingFaceSource(Source):
         "w1": "model.layers.{}.mlp.gate_proj.weight",
         "w2": "model.layers.{}.mlp.down_proj.weight",
         "w3": "model.layers.{}.mlp.up_proj.weight",
+        "bq": "model.layers.{}.self_attn.q_proj.bias",
+        "bk": "model.layers.{}.self_attn.k_proj.bias",
+        "bv": "model.layers.{}.self_attn.v_proj.bias",
+        "q_norm": "model.layers.{}.self_attn.q_norm.weight",
+        "k_norm": "model.layers.{}.self_attn.k_norm.weight",
     }
 
     def load(self, name, layer):
         hf_name = self.HF_NAMES[name].format(layer)
         if hf_name not in self.files:
             raise ExportError(f"tensor {hf_name} not found")
-        w = self.files[hf_name].read(hf_name)
-        if name == "wq":
-            w = rotate_half_to_interleaved(w, self.config.n_heads)
-        elif name == "wk":
-            w = rotate_half_to_interleaved(w, self.config.n_kv_heads)
-        return w
+        return to_interleaved(name, self.files[hf_name].read(hf_name), self.config)
 
 
 class TorchFile:
@@ -996,6 +1039,9 @@ class BinSource(Source):
             theta, eps = struct.unpack_from("<ff", header, 44)
             factor, low, high, original = struct.unpack_from("<fffi", header, 52)
             scaling = (factor, low, high, original) if factor != 0 else None
+            head_size, qkv_bias, qk_norm = struct.unpack_from("<iBB", header, 68)
+            if head_size < 0 or qkv_bias > 1 or qk_norm > 1:
+                raise ExportError(f"{path}: bad head size {head_size} or Qwen flags {qkv_bias}, {qk_norm}")
             if factor == 0 and (low, high, original) != (0, 0, 0):
                 raise ExportError(f"{path}: RoPE scaling factor is 0 but its other header fields are not")
             offset = HEADER_SIZE
@@ -1005,18 +1051,21 @@ class BinSource(Source):
             shared = fields[5] > 0
             theta = eps = 0.0
             scaling = None
+            head_size = qkv_bias = qk_norm = 0
             offset = LEGACY_HEADER_SIZE
         dim, hidden, layers, heads, kv_heads, vocab, seq = fields
         self.config = Config(dim, hidden, layers, heads, kv_heads, abs(vocab), seq,
                              rope_theta=theta or DEFAULT_ROPE_THETA, norm_eps=eps or DEFAULT_NORM_EPS,
-                             shared_classifier=shared, rope_scaling=scaling)
+                             shared_classifier=shared, rope_scaling=scaling, head_dim=head_size or None,
+                             qkv_bias=qkv_bias, qk_norm=qk_norm)
         self.config.check()
-        if self.version == 2 and (self.group_size <= 0 or dim % self.group_size or hidden % self.group_size):
+        if self.version == 2 and (self.group_size <= 0 or dim % self.group_size or hidden % self.group_size
+                                  or self.config.q_dim % self.group_size):
             raise ExportError(f"{path}: bad group size {self.group_size}")
         tensors = list(layout(self.version, self.config))
         types = {}  # (name, layer) -> (type, group size) of each matrix
         if self.version == 3:
-            matrices = [t for t in tensors if t[0] not in NORMS]
+            matrices = [t for t in tensors if t[0] not in VECTORS]
             with open(path, "rb") as f:
                 f.seek(offset)
                 table = f.read(8 * len(matrices))
@@ -1031,7 +1080,7 @@ class BinSource(Source):
                 types[key] = (t, g)
             offset += len(table)
         elif self.version == 2:
-            types = {t: (TYPE_INT8, self.group_size) for t in tensors if t[0] not in NORMS}
+            types = {t: (TYPE_INT8, self.group_size) for t in tensors if t[0] not in VECTORS}
         self.places = {}  # (name, layer) -> (offset, shape, (type, group size))
         for name, layer in tensors:
             shape, (t, g) = self.config.shape(name), types.get((name, layer), (TYPE_FP32, 0))
@@ -1468,31 +1517,37 @@ def rope_scaling_from_divisors(path, divisors, theta, head_size, known):
 
 
 class GGUFSource(Source):
-    """A llama-architecture GGUF file. Its query and key rows are already in the
-    interleaved-pair order run.c rotates (llama.cpp's converter permutes them)."""
+    """A GGUF file of architecture llama, qwen2 or qwen3. A llama file's query and key
+    rows are already in the interleaved-pair order run.c rotates (llama.cpp's converter
+    permutes them); qwen2 and qwen3 files keep Hugging Face's rotate-half order (llama.cpp
+    rotates them NEOX-style), which is permuted here as for --hf."""
 
+    ARCHITECTURES = ("llama", "qwen2", "qwen3")
     GGUF_NAMES = {
         "tok_embeddings": "token_embd.weight", "norm": "output_norm.weight", "output": "output.weight",
         "attention_norm": "blk.{}.attn_norm.weight", "wq": "blk.{}.attn_q.weight", "wk": "blk.{}.attn_k.weight",
         "wv": "blk.{}.attn_v.weight", "wo": "blk.{}.attn_output.weight", "ffn_norm": "blk.{}.ffn_norm.weight",
         "w1": "blk.{}.ffn_gate.weight", "w2": "blk.{}.ffn_down.weight", "w3": "blk.{}.ffn_up.weight",
+        "bq": "blk.{}.attn_q.bias", "bk": "blk.{}.attn_k.bias", "bv": "blk.{}.attn_v.bias",
+        "q_norm": "blk.{}.attn_q_norm.weight", "k_norm": "blk.{}.attn_k_norm.weight",
     }
     ROPE_FREQS = "rope_freqs.weight"
-    SCALING_KEYS = {"factor": "llama.rope.scaling.factor", "low": "llama.rope.scaling.low_freq_factor",
-                    "high": "llama.rope.scaling.high_freq_factor",
-                    "original": "llama.rope.scaling.original_context_length"}
+    SCALING_KEYS = {"factor": "{}.rope.scaling.factor", "low": "{}.rope.scaling.low_freq_factor",
+                    "high": "{}.rope.scaling.high_freq_factor",
+                    "original": "{}.rope.scaling.original_context_length"}
 
     def __init__(self, path, seq_len=None):
         self.path = path
         self.gguf = GGUFFile(path)
         meta, tensors = self.gguf.metadata, self.gguf.tensors
-        arch = meta.get("general.architecture")
-        if arch != "llama":
+        arch = self.arch = meta.get("general.architecture")
+        if arch not in self.ARCHITECTURES:
             raise ExportError(f"{path}: general.architecture is {arch!r}: only \"llama\" (Llama 2 and 3, "
-                              "TinyLlama, Mistral) is supported")
+                              "TinyLlama, Mistral), \"qwen2\" (Qwen2, Qwen2.5) and \"qwen3\" are supported")
+        self.neox = arch != "llama"  # rotate-half query/key rows
         self._refuse_unsupported()
-        dim = gguf_int(path, meta, "llama.embedding_length")
-        n_heads = self._per_layer("llama.attention.head_count")
+        dim = gguf_int(path, meta, f"{arch}.embedding_length")
+        n_heads = self._per_layer(f"{arch}.attention.head_count")
         if "tokenizer.ggml.tokens" in meta:
             vocab = len(gguf_list(path, meta, "tokenizer.ggml.tokens", str))
         elif "token_embd.weight" in tensors and len(tensors["token_embd.weight"].ne) == 2:
@@ -1500,41 +1555,49 @@ class GGUFSource(Source):
         else:
             raise ExportError(f"{path}: no tokenizer.ggml.tokens and no 2-D token_embd.weight to give the "
                               "vocabulary size")
-        if gguf_int(path, meta, "llama.vocab_size", vocab) != vocab:
-            raise ExportError(f"{path}: llama.vocab_size is {meta['llama.vocab_size']}, but the token list "
+        # the embedding may have more rows than the tokenizer has pieces (Qwen's 151936 for 151669)
+        if "token_embd.weight" in tensors and len(tensors["token_embd.weight"].ne) == 2:
+            vocab = max(vocab, tensors["token_embd.weight"].ne[1])
+        if gguf_int(path, meta, f"{arch}.vocab_size", vocab) != vocab:
+            raise ExportError(f"{path}: {arch}.vocab_size is {meta[f'{arch}.vocab_size']}, but the token list "
                               f"(or token_embd.weight) has {vocab} tokens")
+        key_length = gguf_int(path, meta, f"{arch}.attention.key_length", 0) or None
         self.config = Config(
             dim=dim,
-            hidden_dim=self._per_layer("llama.feed_forward_length"),
-            n_layers=gguf_int(path, meta, "llama.block_count"),
+            hidden_dim=self._per_layer(f"{arch}.feed_forward_length"),
+            n_layers=gguf_int(path, meta, f"{arch}.block_count"),
             n_heads=n_heads,
-            n_kv_heads=self._per_layer("llama.attention.head_count_kv", n_heads),
+            n_kv_heads=self._per_layer(f"{arch}.attention.head_count_kv", n_heads),
             vocab_size=vocab,
-            seq_len=seq_len or gguf_int(path, meta, "llama.context_length"),
-            rope_theta=gguf_float(path, meta, "llama.rope.freq_base", DEFAULT_ROPE_THETA),
-            norm_eps=gguf_float(path, meta, "llama.attention.layer_norm_rms_epsilon"),
-            shared_classifier="output.weight" not in tensors)
+            seq_len=seq_len or gguf_int(path, meta, f"{arch}.context_length"),
+            rope_theta=gguf_float(path, meta, f"{arch}.rope.freq_base", DEFAULT_ROPE_THETA),
+            norm_eps=gguf_float(path, meta, f"{arch}.attention.layer_norm_rms_epsilon"),
+            shared_classifier="output.weight" not in tensors,
+            head_dim=key_length if arch == "qwen3" else None,
+            qkv_bias=arch == "qwen2",
+            qk_norm=arch == "qwen3")
         self.config.check()
         head_size = self.config.head_size
-        for key in ("llama.rope.dimension_count", "llama.attention.key_length", "llama.attention.value_length"):
+        for key in (f"{arch}.rope.dimension_count", f"{arch}.attention.key_length",
+                    f"{arch}.attention.value_length"):
             if gguf_int(path, meta, key, head_size) != head_size:
-                raise ExportError(f"{path}: {key} is {meta[key]}: run.c needs embedding_length / head_count = "
-                                  f"{head_size} (whole heads rotated, no other head size); run.c cannot run this model")
+                raise ExportError(f"{path}: {key} is {meta[key]}: run.c needs the head size, {head_size} "
+                                  "(whole heads rotated, keys and values as wide); run.c cannot run this model")
         self._check_tensors()
         self.config.rope_scaling = self._rope_scaling()
         self.config.check()
         self.show_progress = len(self.gguf.map) > 100 * 10 ** 6
         self.q80_group_size = 32 if any(tensors[self._name(n, l)].type == GGML_Q8_0
-                                        for n, l in self._model_tensors() if n not in NORMS) else None
+                                        for n, l in self._model_tensors() if n not in VECTORS) else None
 
     def _refuse_unsupported(self):
-        path, meta = self.path, self.gguf.metadata
-        if gguf_int(path, meta, "llama.expert_count", 0) > 0:
-            raise ExportError(f"{path}: llama.expert_count is {meta['llama.expert_count']}: mixture-of-experts "
+        path, meta, arch = self.path, self.gguf.metadata, self.arch
+        if gguf_int(path, meta, f"{arch}.expert_count", 0) > 0:
+            raise ExportError(f"{path}: {arch}.expert_count is {meta[f'{arch}.expert_count']}: mixture-of-experts "
                               "models are not supported; run.c cannot run this model")
-        window = gguf_int(path, meta, "llama.attention.sliding_window", 0)
-        if 0 < window < gguf_int(path, meta, "llama.context_length", 0):
-            raise ExportError(f"{path}: llama.attention.sliding_window is {window}: sliding-window attention "
+        window = gguf_int(path, meta, f"{arch}.attention.sliding_window", 0)
+        if 0 < window < gguf_int(path, meta, f"{arch}.context_length", 0):
+            raise ExportError(f"{path}: {arch}.attention.sliding_window is {window}: sliding-window attention "
                               "is not supported; run.c cannot run this model")
 
     def _per_layer(self, key, default=None):
@@ -1551,8 +1614,7 @@ class GGUFSource(Source):
 
     def _model_tensors(self):
         """(name, layer) of every tensor the model has, in llama2.c's names."""
-        return [(name, layer) for name in LAYOUTS[1] if not (name == "output" and self.config.shared_classifier)
-                for layer in (range(self.config.n_layers) if name in LAYER_TENSORS else [None])]
+        return list(layout(1, self.config))
 
     def _check_tensors(self):
         """Every tensor there and of the expected shape and a type read here, nothing else: before writing."""
@@ -1561,7 +1623,7 @@ class GGUFSource(Source):
         wanted[self.ROPE_FREQS] = (self.config.head_size // 2,)
         for name, tensor in tensors.items():
             if name not in wanted:
-                raise ExportError(f"{path}: tensor {name} is not one of a Llama model's (run.c has no biases, "
+                raise ExportError(f"{path}: tensor {name} is not one of a {self.arch} model's (run.c has no "
                                   "experts or other extra weights); run.c cannot run this model")
             if tensor.type not in GGML_TYPES:
                 type_name = GGML_OTHER_TYPES.get(tensor.type, "unknown")
@@ -1584,18 +1646,19 @@ class GGUFSource(Source):
     def _rope_scaling(self):
         """Llama 3.1's RoPE scaling as Config.rope_scaling (None if there is none), from
         rope_freqs.weight and/or the llama.rope.scaling.* keys; other kinds refused."""
-        path, meta = self.path, self.gguf.metadata
-        kind = gguf_value(path, meta, "llama.rope.scaling.type", str, "none")
-        if kind not in ("none", "llama3"):
-            raise ExportError(f"{path}: llama.rope.scaling.type is {kind!r}: only Llama 3.1's RoPE scaling "
+        path, meta, arch = self.path, self.gguf.metadata, self.arch
+        scaling_keys = {field: key.format(arch) for field, key in self.SCALING_KEYS.items()}
+        kind = gguf_value(path, meta, f"{arch}.rope.scaling.type", str, "none")
+        if kind not in ("none", "llama3") or kind == "llama3" and arch != "llama":
+            raise ExportError(f"{path}: {arch}.rope.scaling.type is {kind!r}: only Llama 3.1's RoPE scaling "
                               "(rope_freqs.weight, or type \"llama3\") is supported; run.c cannot run this model")
         known = {}
-        for field, key in self.SCALING_KEYS.items():
+        for field, key in scaling_keys.items():
             if key in meta:
                 known[field] = gguf_int(path, meta, key) if field == "original" else gguf_float(path, meta, key)
         if kind == "none":
             # without type llama3, a factor is llama.cpp's linear scaling
-            for key in ("llama.rope.scaling.factor", "llama.rope.scale_linear"):
+            for key in (f"{arch}.rope.scaling.factor", f"{arch}.rope.scale_linear"):
                 if gguf_float(path, meta, key, 1.0) not in (0.0, 1.0):
                     raise ExportError(f"{path}: {key} is {meta[key]}: linear RoPE scaling is not supported; "
                                       "run.c cannot run this model")
@@ -1605,15 +1668,23 @@ class GGUFSource(Source):
             return rope_scaling_from_divisors(path, divisors, self.config.rope_theta, self.config.head_size, known)
         if kind == "none":
             return None
-        missing = [key for field, key in self.SCALING_KEYS.items() if field not in known]
+        missing = [key for field, key in scaling_keys.items() if field not in known]
         if missing:
-            raise ExportError(f"{path}: llama.rope.scaling.type is \"llama3\" but {missing[0]} is missing "
+            raise ExportError(f"{path}: {arch}.rope.scaling.type is \"llama3\" but {missing[0]} is missing "
                               f"(and there is no {self.ROPE_FREQS})")
         return tuple(known[field] for field in self.SCALING_KEYS)
 
+    def _rows(self, name, values):
+        """values (floats, or a quantized tensor's per-row parts, row after row) with the
+        rows in run.c's order: qwen2/qwen3 query and key rows leave rotate-half order."""
+        if not self.neox:
+            return values
+        rows = self.config.shape(name)[0]
+        return to_interleaved(name, values.reshape(rows, -1), self.config).reshape(values.shape)
+
     def load(self, name, layer):
         self.gguf.release()
-        return self.gguf.read_float32(self.gguf.tensors[self._name(name, layer)])
+        return self._rows(name, self.gguf.read_float32(self.gguf.tensors[self._name(name, layer)]))
 
     def q80(self, name, layer, group_size):
         tensor = self.gguf.tensors[self._name(name, layer)]
@@ -1622,7 +1693,8 @@ class GGUFSource(Source):
         np = import_numpy()
         self.gguf.release()
         blocks = self.gguf.blocks(tensor)
-        return np.ascontiguousarray(blocks[:, 2:]).view(np.int8), f16_field(blocks, 0).ravel()
+        return (self._rows(name, np.ascontiguousarray(blocks[:, 2:]).view(np.int8)),
+                self._rows(name, f16_field(blocks, 0).ravel()))
 
     # Version 3 keeps these types exactly: Q4_K as it is; Q8_0 (q * d), Q4_0 ((q - 8) * d)
     # and Q6_K (d * scale * (q - 32), d * scale exact in fp32) as int8 with their scales.
@@ -1641,13 +1713,14 @@ class GGUFSource(Source):
         self.gguf.release()
         blocks = self.gguf.blocks(tensor)
         if kind == "Q4_K":
-            return blocks.tobytes()
+            return self._rows(name, blocks).tobytes()
         if kind == "Q8_0":
             return self.q80(name, layer, 32)
         if kind == "Q4_0":
-            return (nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8)).ravel(), f16_field(blocks, 0).ravel()
-        q, scale = q6_k_parts(blocks)
-        return q.ravel(), scale.ravel()
+            q, scale = nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8), f16_field(blocks, 0)
+        else:
+            q, scale = q6_k_parts(blocks)
+        return self._rows(name, q.ravel()), self._rows(name, scale.ravel())
 
 
 # ===========================================================================
@@ -1658,7 +1731,7 @@ def f32(x):
 
 
 def header_v1(config, version, group_size=0):
-    """The 256-byte header of versions 1 and 2."""
+    """The 256-byte header of versions 1, 2 and 3."""
     c = config
     head = struct.pack("<Ii7iB", MAGIC, version, c.dim, c.hidden_dim, c.n_layers, c.n_heads,
                        c.n_kv_heads, c.vocab_size, c.seq_len, int(c.shared_classifier))
@@ -1669,6 +1742,9 @@ def header_v1(config, version, group_size=0):
     eps = 0.0 if f32(c.norm_eps) == f32(DEFAULT_NORM_EPS) else c.norm_eps
     head += struct.pack("<ff", theta, eps)
     head += struct.pack("<fffi", *(c.rope_scaling or (0, 0, 0, 0)))  # offset 52
+    # offset 68: head size, 0 when it is dim / n_heads; 72, 73: the Qwen flags
+    standard = c.dim % c.n_heads == 0 and c.head_size == c.dim // c.n_heads
+    head += struct.pack("<iBB", 0 if standard else c.head_size, int(c.qkv_bias), int(c.qk_norm))
     return head + b"\0" * (HEADER_SIZE - len(head))
 
 
@@ -1713,13 +1789,14 @@ def quantize_q80(w, group_size):
 
 
 def choose_group_size(requested, config):
-    dim, hidden = config.dim, config.hidden_dim
-    if requested > 0 and dim % requested == 0 and hidden % requested == 0:
+    dim, hidden, q_dim = config.dim, config.hidden_dim, config.q_dim
+    if requested > 0 and dim % requested == 0 and hidden % requested == 0 and q_dim % requested == 0:
         return requested
     g = 1 << max(0, requested.bit_length() - 1)  # largest power of two <= requested
-    while dim % g or hidden % g:
+    while dim % g or hidden % g or q_dim % g:
         g //= 2
-    note(f"group size {requested} does not divide dim {dim} and hidden_dim {hidden}; using {g}")
+    widths = f"dim {dim} and hidden_dim {hidden}" + (f" and q width {q_dim}" if q_dim != dim else "")
+    note(f"group size {requested} does not divide {widths}; using {g}")
     return g
 
 
@@ -1729,6 +1806,9 @@ def write_checkpoint(source, out, version, group_size=0):
     if version == 0:
         if c.rope_scaling:
             raise ExportError("version 0 has no place for RoPE scaling (rope_scaling llama3): use --version 1")
+        if c.head_size * c.n_heads != c.dim or c.qkv_bias or c.qk_norm:
+            raise ExportError("version 0 has no place for a head size of its own, q/k norms or q/k/v biases "
+                              "(Qwen): use --version 1")
         if f32(c.rope_theta) != f32(DEFAULT_ROPE_THETA) or f32(c.norm_eps) != f32(DEFAULT_NORM_EPS):
             raise ExportError(f"version 0 cannot store rope_theta {c.rope_theta:g} or rms_norm_eps {c.norm_eps:g} "
                               f"(it assumes 10000 and 1e-5): use --version 1")
@@ -1741,7 +1821,7 @@ def write_checkpoint(source, out, version, group_size=0):
     types = {}
     if version == 3:  # the type table: what the source holds exactly is kept, the rest is int8
         for name, layer in tensors:
-            if name not in NORMS:
+            if name not in VECTORS:
                 types[name, layer] = source.exact_type(name, layer) or (TYPE_INT8, group_size)
                 out.write(struct.pack("<ii", *types[name, layer]))
     for i, (name, layer) in enumerate(tensors, 1):
@@ -1767,7 +1847,7 @@ def requantized_note(source, group_size):
     """Version 3: which matrices the source does not hold in a type kept exactly."""
     by_kind = {}
     for name, layer in layout(3, source.config):
-        if name not in NORMS and source.exact_type(name, layer) is None:
+        if name not in VECTORS and source.exact_type(name, layer) is None:
             by_kind.setdefault((name, source.source_type(name, layer)), []).append(layer)
     parts = [f"{name}{'' if layers == [None] else ' of layers ' + ', '.join(map(str, layers))} ({kind})"
              for (name, kind), layers in by_kind.items()]
@@ -1783,7 +1863,7 @@ def export_model(source, out, version, group_size):
         write_checkpoint(source, out, 3, group_size)
         kinds = {}
         for name, layer in layout(3, source.config):
-            if name not in NORMS:
+            if name not in VECTORS:
                 t, g = source.exact_type(name, layer) or (TYPE_INT8, group_size)
                 label = "q4k" if t == TYPE_Q4K else f"int8/{g}"
                 kinds[label] = kinds.get(label, 0) + 1

@@ -567,20 +567,34 @@ GGUF_LAYER = [("attn_norm", "input_layernorm"), ("ffn_down", "mlp.down_proj"), (
               ("attn_output", "self_attn.o_proj"), ("attn_q", "self_attn.q_proj"), ("attn_v", "self_attn.v_proj")]
 
 
+def gguf_arch(config):
+    """The GGUF architecture of a Hugging Face config: qwen2, qwen3, or llama."""
+    return config.get("model_type") if config.get("model_type") in ("qwen2", "qwen3") else "llama"
+
+
 def gguf_llama_tensors(weights, config, matrix_type, norm_type="F32"):
     """Hugging Face weights -> GGUF tensors named and ordered as llama.cpp's converter
     writes them (token_embd, each block's tensors, output_norm, output unless tied), the
-    query and key rows permuted as it permutes them. [(name, shape, type, bytes)]"""
+    query and key rows of a llama model permuted as it permutes them (qwen2 and qwen3
+    keep Hugging Face's order; their biases and q/k norms are F32 as the converter
+    keeps 1-D tensors). [(name, shape, type, bytes)]"""
     heads, kvh = config["num_attention_heads"], config["num_key_value_heads"]
+    llama = gguf_arch(config) == "llama"
     items = [("token_embd.weight", weights["model.embed_tokens.weight"], matrix_type)]
+    extra = [("attn_q.bias", "self_attn.q_proj.bias"), ("attn_k.bias", "self_attn.k_proj.bias"),
+             ("attn_v.bias", "self_attn.v_proj.bias"), ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+             ("attn_k_norm.weight", "self_attn.k_norm.weight")]
     for i in range(config["num_hidden_layers"]):
         for short, hf in GGUF_LAYER:
             w = weights[f"model.layers.{i}.{hf}.weight"]
-            if short == "attn_q":
+            if short == "attn_q" and llama:
                 w = llama_permute(w, heads)
-            elif short == "attn_k":
+            elif short == "attn_k" and llama:
                 w = llama_permute(w, kvh)
             items.append((f"blk.{i}.{short}.weight", w, norm_type if short.endswith("norm") else matrix_type))
+        for short, hf in extra:
+            if f"model.layers.{i}.{hf}" in weights:
+                items.append((f"blk.{i}.{short}", weights[f"model.layers.{i}.{hf}"], "F32"))
     items.append(("output_norm.weight", weights["model.norm.weight"], norm_type))
     if not config["tie_word_embeddings"]:
         items.append(("output.weight", weights["lm_head.weight"], matrix_type))
@@ -588,18 +602,23 @@ def gguf_llama_tensors(weights, config, matrix_type, norm_type="F32"):
 
 
 def gguf_llama_kv(config, file_type, counts="uint32"):
-    """The llama.* metadata llama.cpp's converter writes (counts as uint32 there)."""
-    dim, heads = config["hidden_size"], config["num_attention_heads"]
-    return [("general.architecture", "string", "llama"), ("general.name", "string", "test_export tiny llama"),
-            ("llama.context_length", counts, config["max_position_embeddings"]),
-            ("llama.embedding_length", counts, dim), ("llama.block_count", counts, config["num_hidden_layers"]),
-            ("llama.feed_forward_length", counts, config["intermediate_size"]),
-            ("llama.rope.dimension_count", counts, dim // heads), ("llama.attention.head_count", counts, heads),
-            ("llama.attention.head_count_kv", counts, config["num_key_value_heads"]),
-            ("llama.rope.freq_base", "float32", config["rope_theta"]),
-            ("llama.attention.layer_norm_rms_epsilon", "float32", config["rms_norm_eps"]),
-            ("llama.vocab_size", counts, config["vocab_size"]), ("general.file_type", "uint32", file_type),
-            ("general.quantization_version", "uint32", 2)]
+    """The llama.* (qwen2.*, qwen3.*) metadata llama.cpp's converter writes (counts as
+    uint32 there; key and value length only for a head_dim of the config's own)."""
+    dim, heads, arch = config["hidden_size"], config["num_attention_heads"], gguf_arch(config)
+    hd = config.get("head_dim") or dim // heads
+    kv = [("general.architecture", "string", arch), ("general.name", "string", f"test_export tiny {arch}"),
+          (f"{arch}.context_length", counts, config["max_position_embeddings"]),
+          (f"{arch}.embedding_length", counts, dim), (f"{arch}.block_count", counts, config["num_hidden_layers"]),
+          (f"{arch}.feed_forward_length", counts, config["intermediate_size"]),
+          (f"{arch}.rope.dimension_count", counts, hd), (f"{arch}.attention.head_count", counts, heads),
+          (f"{arch}.attention.head_count_kv", counts, config["num_key_value_heads"]),
+          (f"{arch}.rope.freq_base", "float32", config["rope_theta"]),
+          (f"{arch}.attention.layer_norm_rms_epsilon", "float32", config["rms_norm_eps"]),
+          (f"{arch}.vocab_size", counts, config["vocab_size"]), ("general.file_type", "uint32", file_type),
+          ("general.quantization_version", "uint32", 2)]
+    if config.get("head_dim"):
+        kv += [(f"{arch}.attention.key_length", counts, hd), (f"{arch}.attention.value_length", counts, hd)]
+    return kv
 
 
 def llama2_vocab_kv(model_file):

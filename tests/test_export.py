@@ -144,9 +144,10 @@ def decode_like_run(ids, pieces):
 # A tiny Hugging Face Llama, written by this test
 
 def make_hf_weights(seed, dim=128, heads=8, kv_heads=2, layers=3, vocab=32000, hidden=344, tied=False,
-                    embed_scale=0.4):
+                    embed_scale=0.4, head_dim=None, kind="llama"):
+    """kind "qwen2" adds q/k/v biases, "qwen3" q/k norms (with head_dim, heads of their own width)."""
     rng = np.random.default_rng(seed)
-    hd = dim // heads
+    hd = head_dim or dim // heads
 
     def mat(rows, cols, scale):
         return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
@@ -158,10 +159,16 @@ def make_hf_weights(seed, dim=128, heads=8, kv_heads=2, layers=3, vocab=32000, h
     for i in range(layers):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm(dim)
-        w[p + "self_attn.q_proj.weight"] = mat(dim, dim, 1.5 / np.sqrt(dim))
+        w[p + "self_attn.q_proj.weight"] = mat(heads * hd, dim, 1.5 / np.sqrt(dim))
         w[p + "self_attn.k_proj.weight"] = mat(kv_heads * hd, dim, 1.5 / np.sqrt(dim))
         w[p + "self_attn.v_proj.weight"] = mat(kv_heads * hd, dim, 1.0 / np.sqrt(dim))
-        w[p + "self_attn.o_proj.weight"] = mat(dim, dim, 1.0 / np.sqrt(dim))
+        w[p + "self_attn.o_proj.weight"] = mat(dim, heads * hd, 1.0 / np.sqrt(heads * hd))
+        if kind == "qwen2":
+            for name, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
+                w[p + f"self_attn.{name}_proj.bias"] = (0.5 * rng.standard_normal(rows)).astype(np.float32)
+        if kind == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = norm(hd)
+            w[p + "self_attn.k_norm.weight"] = norm(hd)
         w[p + "post_attention_layernorm.weight"] = norm(dim)
         w[p + "mlp.gate_proj.weight"] = mat(hidden, dim, 1.0 / np.sqrt(dim))
         w[p + "mlp.up_proj.weight"] = mat(hidden, dim, 1.0 / np.sqrt(dim))
@@ -259,7 +266,7 @@ def hf_hidden(w, config, ids):
     dim, heads = config["hidden_size"], config["num_attention_heads"]
     kv_heads, layers = config["num_key_value_heads"], config["num_hidden_layers"]
     eps, theta = f32(config["rms_norm_eps"]), config["rope_theta"]
-    hd = dim // heads
+    hd = config.get("head_dim") or dim // heads
 
     def rms_norm(x, weight):
         variance = np.mean(x * x, axis=-1, keepdims=True)
@@ -284,9 +291,16 @@ def hf_hidden(w, config, ids):
     for i in range(layers):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"])
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, heads, hd).transpose(1, 0, 2)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, kv_heads, hd).transpose(1, 0, 2)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, kv_heads, hd).transpose(1, 0, 2)
+        # Qwen2: nn.Linear with a bias on q, k and v; Qwen3: q_norm and k_norm over
+        # each head's values (hidden_shape), then RoPE
+        proj = {n: h @ w[p + f"self_attn.{n}_proj.weight"].T + w.get(p + f"self_attn.{n}_proj.bias", f32(0))
+                for n in "qkv"}
+        q = proj["q"].reshape(T, heads, hd)
+        k = proj["k"].reshape(T, kv_heads, hd)
+        if p + "self_attn.q_norm.weight" in w:
+            q, k = rms_norm(q, w[p + "self_attn.q_norm.weight"]), rms_norm(k, w[p + "self_attn.k_norm.weight"])
+        q, k = q.transpose(1, 0, 2), k.transpose(1, 0, 2)
+        v = proj["v"].reshape(T, kv_heads, hd).transpose(1, 0, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = np.repeat(k, heads // kv_heads, axis=0)  # repeat_kv
@@ -294,7 +308,7 @@ def hf_hidden(w, config, ids):
         scores = q @ k.transpose(0, 2, 1) / f32(np.sqrt(hd)) + mask
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = scores / scores.sum(axis=-1, keepdims=True)
-        attn = (probs @ v).transpose(1, 0, 2).reshape(T, dim)
+        attn = (probs @ v).transpose(1, 0, 2).reshape(T, heads * hd)
         x = x + attn @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"])
         gate = h @ w[p + "mlp.gate_proj.weight"].T
@@ -787,7 +801,7 @@ def test_hf(tokenizer):
     # Refusals: config fields run.c cannot honour.
     refusals = [("sliding_window", {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
                                     "sliding_window": 128}),
-                ("head_dim", {"head_dim": 32}),
+                ("head_dim", {"head_dim": 15}),
                 ("attention_bias", {"attention_bias": True}),
                 ("mlp_bias", {"mlp_bias": True}),
                 ("rope_scaling", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
@@ -812,6 +826,100 @@ def test_hf(tokenizer):
     rc, err = export(path("mistral.bin"), "--hf", d)
     ok("MistralForCausalLM without sliding window exports, same bytes as the Llama one",
        rc == 0 and same_bytes(path("mistral.bin"), v1), err)
+
+
+# ---------------------------------------------------------------------------
+# Qwen2 and Qwen3 (Qwen2ForCausalLM, Qwen3ForCausalLM), through --hf and GGUF
+
+def qwen_config(kind, tied, head_dim=None, hidden=352):
+    """A tiny Qwen config.json as the published ones read: rope_theta 1e6, eps 1e-6, a
+    sliding_window that use_sliding_window leaves off; Qwen3 with heads of its own width."""
+    extra = {"architectures": [{"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[kind]], "model_type": kind,
+             "use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 2}
+    if kind == "qwen3":
+        extra.update(head_dim=head_dim, attention_bias=False)
+    cfg = hf_config(tied=tied, theta=1000000.0, eps=1e-6, hidden=hidden, **extra)
+    if kind == "qwen2":  # Qwen2's config has no attention_bias: its q, k and v always have one
+        del cfg["attention_bias"]
+    return cfg
+
+
+def test_qwen(tokenizer):
+    """Qwen2 (q/k/v biases) and Qwen3 (q/k norms; head_dim 32 with 8 heads over 128, so
+    q is twice the stream's width, as Qwen3-0.6B's is) against the numpy reference written
+    from transformers' definitions: GQA, tied and untied, fp32 and int8, from a Hugging
+    Face folder and from a qwen2/qwen3 GGUF."""
+    if tokenizer is None or not have_run():
+        skip("Qwen2 and Qwen3 against the numpy reference", "no 32000-piece tokenizer.bin or no ./run")
+        return
+    # seeds whose first greedy tokens win by 0.3 or more (int8 noise cannot flip them)
+    for kind, tied, head_dim, seed in (("qwen2", False, None, 76), ("qwen2", True, None, 71),
+                                       ("qwen3", False, 32, 73), ("qwen3", True, 32, 72)):
+        label = f"{kind} ({'tied' if tied else 'untied'}{f', head_dim {head_dim}' if head_dim else ''})"
+        cfg = qwen_config(kind, tied, head_dim)
+        raw = make_hf_weights(seed=seed, tied=tied, head_dim=head_dim, kind=kind, hidden=352)  # whole Q8_0 blocks
+        weights = {n: stored(a, "F32") for n, a in raw.items()}
+        folder = path(f"{kind}_{int(tied)}")
+        write_hf_folder(folder, raw, cfg, "F32")
+        out = path(f"{kind}_{int(tied)}.bin")
+        rc, err = export(out, "--hf", folder)
+        if not ok(f"{label}: --hf exports to version 1", rc == 0, err):
+            continue
+        with open(out, "rb") as f:
+            head = f.read(256)
+        head_size, qkv_bias, qk_norm = struct.unpack_from("<iBB", head, 68)
+        ok(f"{label}: header head size {head_dim or 0} (0: dim / n_heads), flags qkv_bias {int(kind == 'qwen2')} "
+           f"and qk_norm {int(kind == 'qwen3')}",
+           (head_size, qkv_bias, qk_norm) == (head_dim or 0, kind == "qwen2", kind == "qwen3"),
+           f"{(head_size, qkv_bias, qk_norm)}")
+        compare_generation(f"{label}: greedy text equals the numpy reference", out, weights, cfg, tokenizer)
+        # the logits, through -m perplexity's numbers (a function of every scored logit)
+        text = "Once upon a time, a little fox named Pip lived near the old mill. " * 3
+        ids = (run_tokenize(out, tokenizer, text) or [None])[1:]
+        want = hf_perplexity(weights, cfg, ids, 1, 24, len(text.encode())) if ids else None
+        rc, got, err = run_perplexity(out, tokenizer, "-n", 24, "-i", text)
+        line = PERPLEXITY_LINE.fullmatch(got)
+        ok(f"{label}: -m perplexity (nll, bpb) within 1e-5 of the numpy reference's",
+           want is not None and line is not None
+           and all(abs(float(line.group(i)) - want[i - 1]) <= 1e-5 * abs(want[i - 1]) for i in (1, 2, 3)),
+           f"got {got!r} {err[-200:]}, reference {want}")
+        v2 = path(f"{kind}_{int(tied)}_v2.bin")
+        rc, err = export(v2, "--hf", folder, "--version", "2", "--group-size", "8")
+        if ok(f"{label}: --hf exports to version 2 (int8, biases and norms fp32)", rc == 0, err):
+            compare_generation(f"{label}: int8 first greedy tokens equal the numpy reference", v2, weights, cfg,
+                               tokenizer, first_tokens=3)
+        # the same model as llama.cpp's converter writes it: qwen2/qwen3, rotate-half rows
+        gguf = path(f"{kind}_{int(tied)}.gguf")
+        write_gguf(gguf, gguf_llama_kv(cfg, 0), gguf_llama_tensors(weights, cfg, "F32"))
+        from_gguf = path(f"{kind}_{int(tied)}_gguf.bin")
+        rc, err = export(from_gguf, "--gguf", gguf)
+        ok(f"{label}: a {kind} GGUF exports to the same file as the Hugging Face folder",
+           rc == 0 and same_bytes(from_gguf, out), err.strip()[-300:])
+        if kind == "qwen3" and not tied:  # Q8_0 rows permuted as blocks: the same int8 as from F32 values
+            gguf8 = path(f"{kind}_q8.gguf")
+            write_gguf(gguf8, gguf_llama_kv(cfg, 7), gguf_llama_tensors(weights, cfg, "Q8_0"))
+            rc, err = export(path("qwen3_q8.bin"), "--gguf", gguf8, "--version", "2", "--group-size", "32")
+            deq = {n: (REFERENCE_DEQUANT["Q8_0"](gguf_encode(a, "Q8_0"))[0].reshape(a.shape) if a.ndim == 2 else a)
+                   for n, a in weights.items()}
+            if ok(f"{label}: a Q8_0 {kind} GGUF exports to version 2", rc == 0, err.strip()[-300:]):
+                compare_generation(f"{label}: Q8_0 GGUF, first greedy tokens equal the reference on its "
+                                   "dequantized weights", path("qwen3_q8.bin"), deq, cfg, tokenizer, first_tokens=3)
+    # refusals
+    for field, cfg in (("use_sliding_window", dict(qwen_config("qwen2", False), use_sliding_window=True)),
+                       ("attention_bias", dict(qwen_config("qwen3", False, 32), attention_bias=True)),
+                       ("head_dim", dict(qwen_config("qwen3", False, 32), head_dim=31))):
+        d = path(f"qwen_refuse_{field}")
+        write_hf_folder(d, make_hf_weights(seed=75, kind="qwen2", hidden=352), cfg, "BF16")
+        out = path(f"qwen_refuse_{field}.bin")
+        rc, err = export(out, "--hf", d)
+        ok(f"Qwen: refuses {field}, naming it", rc != 0 and field in err and "Traceback" not in err
+           and not os.path.exists(out), err.strip()[-300:])
+    d = path("llama_with_bias")
+    w = make_hf_weights(seed=76, kind="qwen2")
+    write_hf_folder(d, w, hf_config(), "BF16")
+    rc, err = export(path("llama_with_bias.bin"), "--hf", d)
+    ok("LlamaForCausalLM with q/k/v bias tensors is refused (biases only for Qwen2)",
+       rc != 0 and "bias" in err and "Traceback" not in err, err.strip()[-300:])
 
 
 # ---------------------------------------------------------------------------
@@ -1919,6 +2027,7 @@ def main():
         repo_tok = os.path.join(HERE, "tokenizer.bin")
         tokenizer = sp_export or (repo_tok if os.path.exists(repo_tok) else None)
         test_hf(tokenizer)
+        test_qwen(tokenizer)
         test_perplexity(tokenizer)
         test_llama3(tokenizer)
         test_llama3_vocab()
