@@ -12,12 +12,13 @@ Tokenizers (standard library only):
 
 Models (need numpy; torch only where noted):
 
-  python3 export.py model.bin --hf DIR            # Hugging Face Llama/Mistral folder, Llama 3.x included
+  python3 export.py model.bin --hf DIR            # Hugging Face Llama/Mistral folder, Llama 3.x included,
+                                                  #   or Qwen2/Qwen2.5/Qwen3 (Qwen2ForCausalLM, Qwen3ForCausalLM)
                                                   #   (safetensors; pytorch_model*.bin needs torch)
   python3 export.py model.bin --meta DIR          # Meta's params.json + consolidated.*.pth (torch)
   python3 export.py model.bin --checkpoint ckpt.pt  # llama2.c / train.py checkpoint (torch)
   python3 export.py model.bin --bin old.bin       # any file run.c reads, re-written
-  python3 export.py model.bin --gguf model.gguf   # llama.cpp's GGUF (v2/v3), architecture llama: F32, F16,
+  python3 export.py model.bin --gguf model.gguf   # llama.cpp's GGUF (v2/v3), architecture llama, qwen2 or qwen3: F32, F16,
                                                   #   BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K;
                                                   #   Q8_0 to --version 2 --group-size 32 is copied exactly
   python3 export.py model.bin --gguf model-Q4_K_M.gguf --version 3
@@ -30,7 +31,7 @@ Options for models:
                      1 = fp32 with a 256-byte header, 2 = int8 (Q8_0) with fp32 scales,
                      3 = a type per matrix (int8, or q4k kept from the input)
   --group-size G     quantization group for versions 2 and 3 (default 64); when it does not
-                     divide dim and hidden_dim, the largest power of two below it that
+                     divide dim, hidden_dim (and n_heads * head_size), the largest power of two below it that
                      does is used (with a note on stderr)
   --seq-len N        maximum sequence length to record (default: the model's own;
                      4096 for --meta, whose params.json does not say)
@@ -52,10 +53,13 @@ of each head are in interleaved-pair RoPE order (pair i = rows 2i, 2i+1).
       uint8 shared_classifier (36), int32 group_size (37, v2 only), float32
       rope_theta (44, 0 = 10000), float32 rms_norm_eps (48, 0 = 1e-5), Llama 3.1
       RoPE scaling (all 0 = none): float32 factor (52), low_freq_factor (56),
-      high_freq_factor (60), int32 original_max_position_embeddings (64); then fp32
-      rms_att, rms_ffn, rms_final, token embedding, wq, wk, wv, wo, w1, w2, w3,
-      classifier if not shared.
-  v2: same header with version 2; fp32 rms_att, rms_ffn, rms_final; then each
+      high_freq_factor (60), int32 original_max_position_embeddings (64), int32
+      head_size (68, 0 = dim / n_heads), uint8 qkv_bias (72), uint8 qk_norm (73); then
+      fp32 rms_att, rms_ffn, rms_final, [q_norm, k_norm if qk_norm], [bq, bk, bv if
+      qkv_bias], token embedding, wq, wk, wv, wo, w1, w2, w3, classifier if not
+      shared. wq is [n_heads * head_size][dim], wo [dim][n_heads * head_size].
+  v2: same header with version 2; fp32 rms_att, rms_ffn, rms_final (q/k norms and
+      biases); then each
       quantized tensor as int8 values followed by its fp32 scales (one per group of
       group_size consecutive values): token embedding, wq of every layer, wk, wv, wo,
       w1, w2, w3, classifier if not shared. scale = max|w|/127, q = round(w/scale).
