@@ -93,6 +93,58 @@ SHAPES = [
 ]
 
 
+# Shapes with vocabularies of their own, int8 only: name, (dim, hidden, layers, heads,
+# kv_heads, vocab, head_size (0: dim / heads), q/k norm), decode steps, the tokenizer.json
+# (in ../shared) they are run with
+VOCAB_SHAPES = [
+    ("Llama-3.2-1B", (2048, 8192, 16, 32, 8, 128256, 0, 0), 32, "llama3"),
+    ("Qwen3-0.6B", (1024, 3072, 28, 16, 8, 151936, 128, 1), 32, "qwen3"),
+]
+
+
+def int8_model(name, shape):
+    """A version 2 file (group size 64, tied classifier) of random int8 weights, with
+    scales that keep the activations tame; Qwen3's head size and q/k norms from the
+    shape. Written directly: an fp32 file of these vocabularies would be GBs."""
+    import struct
+    import numpy as np
+    dim, hidden, layers, heads, kv_heads, vocab, head_size, qk_norm = shape
+    path = os.path.join(CACHE, name + "_q80.bin")
+    if os.path.exists(path):
+        return path
+    os.makedirs(CACHE, exist_ok=True)
+    print(f"bench: writing {path}", file=sys.stderr)
+    hs = head_size or dim // heads
+    q_dim, kv_dim, group = heads * hs, kv_heads * hs, 64
+    header = struct.pack("<Ii7iBi", 0x616B3432, 2, dim, hidden, layers, heads, kv_heads, vocab, 8192, 1, group)
+    header += b"\0" * (44 - len(header)) + struct.pack("<ff", 1e6 if qk_norm else 5e5, 1e-6) + b"\0" * 16
+    header += struct.pack("<iBB", head_size, 0, qk_norm)
+    rng = np.random.default_rng(26)
+    matrices = [(vocab, dim)] + [m for m in ((q_dim, dim), (kv_dim, dim), (kv_dim, dim), (dim, q_dim), (hidden, dim),
+                                             (dim, hidden), (hidden, dim)) for _ in range(layers)]
+    with open(path + ".tmp", "wb") as f:
+        f.write(header + b"\0" * (256 - len(header)))
+        f.write(np.ones(2 * layers * dim + dim + (2 * layers * hs if qk_norm else 0), "<f4").tobytes())
+        for rows, cols in matrices:
+            f.write(rng.integers(-127, 128, size=rows * cols, dtype=np.int8).tobytes())
+            f.write(np.full(rows * cols // group, 1 / (127 * cols ** 0.5), "<f4").tobytes())
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def shared_tokenizer(which):
+    """../shared's tokenizer.json of Llama 3 or Qwen3 as run.c's tokenizer file, or None."""
+    json_file = os.path.join(SHARED, "tokenizer", which, "tokenizer.json")
+    if not os.path.exists(json_file):
+        return None
+    os.makedirs(CACHE, exist_ok=True)
+    tokenizer = os.path.join(CACHE, f"tokenizer_{which}.bin")
+    if not os.path.exists(tokenizer):
+        subprocess.run([python_with_numpy(), os.path.join(HERE, "export.py"), tokenizer, "--tokenizer", json_file],
+                       check=True, stderr=subprocess.DEVNULL)
+    return tokenizer
+
+
 def python_with_numpy():
     for python in ("python3", "/usr/bin/python3"):
         if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
@@ -354,14 +406,10 @@ def compare(prompt, kernels):
 
 
 def tokenizer_bench():
-    json_file = os.path.join(SHARED, "tokenizer", "llama3", "tokenizer.json")
-    if not os.path.exists(json_file):
-        print(f"Llama 3 tokenizer: skipped ({json_file} not found)")
+    tokenizer = shared_tokenizer("llama3")
+    if tokenizer is None:
+        print(f"Llama 3 tokenizer: skipped ({SHARED}/tokenizer/llama3/tokenizer.json not found)")
         return
-    os.makedirs(CACHE, exist_ok=True)
-    tokenizer = os.path.join(CACHE, "tokenizer_llama3.bin")
-    subprocess.run([python_with_numpy(), os.path.join(HERE, "export.py"), tokenizer, "--tokenizer", json_file],
-                   check=True, stderr=subprocess.DEVNULL)
     model, _ = models("llama3-vocab", "64 128 1 4 4 128256 256 1")
     paragraph = ("Once upon a time, in a village by the sea, there lived a girl who loved numbers: 3.14159, "
                  "2718, 42! She said, \"I'm sure we'll find it.\" Ελληνικά, Русский, 日本語のテキスト, "
@@ -434,6 +482,22 @@ def main():
                 rows.append((name, kind, threads, decode, prefill, rss, size, size + kv_cache + 16))
                 print(f"  {name} {kind} {threads} thread(s): decode {decode:.1f}, prefill {prefill:.1f} tok/s",
                       file=sys.stderr)
+    for name, shape, steps, which in [] if quick else VOCAB_SHAPES:
+        tokenizer = shared_tokenizer(which)
+        if tokenizer is None:
+            print(f"  {name}: skipped (no ../shared/tokenizer/{which}/tokenizer.json)", file=sys.stderr)
+            continue
+        model = int8_model(name, shape)
+        prefill = decode = rss = 0
+        for _ in range(3):
+            prefill_run, _, rss1, _ = run(model, cores, prompt, 201, kernels, tokenizer=tokenizer)
+            _, decode_run, rss2, _ = run(model, cores, "Once", steps, kernels, tokenizer=tokenizer)
+            prefill, decode, rss = max(prefill, prefill_run), max(decode, decode_run), max(rss, rss1, rss2)
+        size = os.path.getsize(model) / 2**20
+        dim, _, layers, heads, kv_heads, _, head_size, _ = shape
+        kv_cache = 2 * layers * 201 * ((head_size or dim // heads) * kv_heads) * 4 / 2**20
+        rows.append((name, "int8", cores, decode, prefill, rss, size, size + kv_cache + 16))
+        print(f"  {name} int8 {cores} thread(s): decode {decode:.1f}, prefill {prefill:.1f} tok/s", file=sys.stderr)
     # the RSS limit: the file, plus the KV cache, plus 16 MB
     print(f"{'shape':<16} {'weights':<7} {'threads':>7} {'decode tok/s':>13} {'prefill tok/s':>14}"
           f" {'peak RSS MB':>12} {'file MB':>8} {'limit MB':>9}")
