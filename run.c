@@ -523,12 +523,12 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
         linear(s->q, &in, &w->wq[l], q_dim);
         linear(s->k, &in, &w->wk[l], kv_dim);
         linear(s->v, &in, &w->wv[l], kv_dim);
-        if (c->qkv_bias) {
+        if (c->qkv_bias) { /* Qwen2 */
             add(s->q, w->bq + (size_t)l * q_dim, q_dim);
             add(s->k, w->bk + (size_t)l * kv_dim, kv_dim);
             add(s->v, w->bv + (size_t)l * kv_dim, kv_dim);
         }
-        if (c->qk_norm) {
+        if (c->qk_norm) { /* Qwen3: each head of q and of k normalised on its own */
             rmsnorm_heads(s->q, c->n_heads, w->q_norm + (size_t)l * head_size, head_size, c->norm_eps);
             rmsnorm_heads(s->k, c->n_kv_heads, w->k_norm + (size_t)l * head_size, head_size, c->norm_eps);
         }

@@ -24,11 +24,13 @@ def floats(n, scale=0.5):
     return struct.pack("<%df" % n, *(rng.uniform(-scale, scale) for _ in range(n)))
 
 
-def tiny_checkpoint(version, dim, hidden, layers, heads, kv_heads, vocab, seq_len, shared, group=0):
-    """A checkpoint of the given shape with random weights, in run.c's layouts."""
-    head = dim // heads
-    kv_dim = head * kv_heads
-    shapes = [(dim, dim), (kv_dim, dim), (kv_dim, dim), (dim, dim), (hidden, dim), (dim, hidden), (hidden, dim)]
+def tiny_checkpoint(version, dim, hidden, layers, heads, kv_heads, vocab, seq_len, shared, group=0, head_size=0,
+                    qkv_bias=0, qk_norm=0):
+    """A checkpoint of the given shape with random weights, in run.c's layouts
+    (versions 1-3 with Qwen's head size, biases and q/k norms when asked)."""
+    head = head_size or dim // heads
+    kv_dim, q_dim = head * kv_heads, head * heads
+    shapes = [(q_dim, dim), (kv_dim, dim), (kv_dim, dim), (dim, q_dim), (hidden, dim), (dim, hidden), (hidden, dim)]
     if version == 0:
         out = struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab if shared else -vocab, seq_len)
         out += floats(vocab * dim) + floats(layers * dim, 1.0)
@@ -43,7 +45,8 @@ def tiny_checkpoint(version, dim, hidden, layers, heads, kv_heads, vocab, seq_le
         return out
     header = struct.pack("<Ii7i", 0x616B3432, version, dim, hidden, layers, heads, kv_heads, vocab, seq_len)
     header += struct.pack("<B", 1 if shared else 0) + struct.pack("<i", group if version == 2 else 0)
-    header += b"\0" * (44 - len(header)) + struct.pack("<ff", 10000.0, 1e-5)
+    header += b"\0" * (44 - len(header)) + struct.pack("<ff", 10000.0, 1e-5) + b"\0" * 16
+    header += struct.pack("<iBB", head_size, qkv_bias, qk_norm)
     header += b"\0" * (256 - len(header))
 
     # version 3: q4k where the rows are whole blocks of 256, else int8 (group), the
@@ -64,6 +67,10 @@ def tiny_checkpoint(version, dim, hidden, layers, heads, kv_heads, vocab, seq_le
         return bytes(rng.randrange(256) for _ in range(n)) + floats(n // group, 0.01)
 
     out = header + floats(layers * dim, 1.0) + floats(layers * dim, 1.0) + floats(dim, 1.0)
+    if qk_norm:
+        out += floats(2 * layers * head, 1.0)
+    if qkv_bias:
+        out += floats(layers * (q_dim + 2 * kv_dim))
     for k, (rows, cols) in enumerate(matrices):
         out += matrix(k, rows, cols)
     return out
@@ -115,6 +122,8 @@ def main():
         "v2_g64": tiny_checkpoint(2, 64, 64, 1, 4, 4, 16, 2, True, 64),
         "v3_int8_fp32": tiny_checkpoint(3, 8, 16, 1, 2, 1, 8, 4, False, 4),
         "v3_q4k": tiny_checkpoint(3, 256, 256, 1, 2, 1, 4, 2, True, 32),
+        "v1_qwen3": tiny_checkpoint(1, 8, 16, 1, 2, 1, 8, 4, True, head_size=6, qk_norm=1),
+        "v2_qwen2": tiny_checkpoint(2, 8, 16, 1, 2, 1, 8, 4, False, 4, qkv_bias=1),
     }
     for name, data in tiny.items():
         write(ck_dir, name, data)
