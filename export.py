@@ -6,8 +6,9 @@ Commands
 Tokenizers (standard library only):
 
   python3 export.py tokenizer.bin --tokenizer tokenizer.model   # SentencePiece model, or Llama 3's tiktoken file
-  python3 export.py tokenizer.bin --tokenizer tokenizer.json    # Hugging Face: Llama 2 kind or Llama 3 (byte-level)
-  python3 export.py tokenizer.bin --tokenizer model.gguf        # a GGUF file's own vocabulary (Llama 2 or 3),
+  python3 export.py tokenizer.bin --tokenizer tokenizer.json    # Hugging Face: Llama 2 kind, or Llama 3 or Qwen
+                                                                #   (byte-level)
+  python3 export.py tokenizer.bin --tokenizer model.gguf        # a GGUF file's own vocabulary (Llama 2, 3, Qwen),
                                                                 #   known by its "GGUF" magic
 
 Models (need numpy; torch only where noted):
@@ -292,6 +293,17 @@ LLAMA3_CONTROL = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|sta
                   "<|end_header_id|>": 128007, "<|eom_id|>": 128008, "<|eot_id|>": 128009}
 
 
+# Qwen2, Qwen2.5 and Qwen3: Llama 3's regex but one digit per chunk, an NFC normalizer,
+# 151643 BPE pieces, then added tokens (22 in Qwen2.5, 26 in Qwen3) and no BOS; the
+# model's vocabulary (151936) is larger than the tokenizer's
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+QWEN_N_PIECES = 151643
+QWEN_CONTROL = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
+
+# kind 2's flags (run.c's TokenizerFlag); kind 1 is kind 2 with WHOLE_CHUNK_TOKENS alone
+FLAG_NFC, FLAG_SINGLE_DIGITS, FLAG_WHOLE_CHUNK_TOKENS, FLAG_CHATML = 1, 2, 4, 8
+
+
 def gpt2_byte_chars():
     """GPT-2's byte-level alphabet: the character that stands for each byte in
     tokenizer.json. Printable Latin-1 bytes stand for themselves; the others
@@ -320,16 +332,19 @@ def read_llama3_tokenizer_json(path, tok):
     """The raw bytes of each BPE piece (id = merge rank) of a Llama 3 tokenizer.json."""
     model = tok["model"]
     if LLAMA3_PATTERN not in split_patterns(tok.get("pre_tokenizer")):
-        raise ExportError(f"{path}: pre_tokenizer's regex is not Llama 3's; other byte-level tokenizers are not supported")
+        raise ExportError(f"{path}: pre_tokenizer's regex is neither Llama 3's nor Qwen2's; other byte-level "
+                          "tokenizers are not supported")
     control = {added["id"]: added["content"] for added in tok.get("added_tokens") or []}
     return llama3_byte_pieces(path, model["vocab"], model.get("merges") or [], control)
 
 
-def llama3_byte_pieces(where, vocab, merges, control):
+def llama3_byte_pieces(where, vocab, merges, control, n_pieces=128000, n_special=LLAMA3_N_SPECIAL):
     """The raw bytes of each BPE piece of a Llama 3 vocabulary, checked as run.c needs it.
 
     vocab maps each piece in GPT-2's byte characters to its id, merges are "left right"
     strings (or pairs) in rank order, control maps the ids of control tokens to their text.
+    Qwen's pieces pass the same checks with their own numbers (and their added tokens
+    checked by qwen_byte_pieces).
     """
     byte_of = {c: b for b, c in gpt2_byte_chars().items()}
     pieces = [None] * len(vocab)
@@ -353,9 +368,9 @@ def llama3_byte_pieces(where, vocab, merges, control):
     for i, content in control.items():
         if i < len(vocab):
             raise ExportError(f"{where}: added token {content!r} has id {i}, inside the BPE pieces")
-    n_special = max(control, default=len(vocab) - 1) + 1 - len(vocab)
-    if n_special != LLAMA3_N_SPECIAL or len(vocab) != 128000:
-        raise ExportError(f"{where}: {len(vocab)} pieces and {n_special} control tokens; Llama 3 has 128000 and 256")
+    found_special = max(control, default=len(vocab) - 1) + 1 - len(vocab)
+    if found_special != n_special or len(vocab) != n_pieces:
+        raise ExportError(f"{where}: {len(vocab)} pieces and {found_special} control tokens; Llama 3 has 128000 and 256")
     for name, fixed in LLAMA3_CONTROL.items():
         if control.get(fixed) not in (name, None) and not control[fixed].startswith("<|reserved_special_token_"):
             raise ExportError(f"{where}: token {fixed} is {control[fixed]!r}, Llama 3's {name} or a reserved one")
@@ -408,12 +423,57 @@ def write_byte_level_tokenizer(out, pieces):
     return f"{n} pieces (byte-level BPE, Llama 3), BOS {ids['<|begin_of_text|>']}, stop ids {stops}"
 
 
+def qwen_byte_pieces(where, vocab, merges, added):
+    """The bytes of every token of a Qwen vocabulary: the BPE pieces' raw bytes, then the
+    added tokens, special ones (control tokens) without text, the others (<think>,
+    <tool_call>) with theirs, which run.c prints but never encodes. added maps each
+    added token's id to (text, special)."""
+    if len(vocab) != QWEN_N_PIECES:
+        raise ExportError(f"{where}: {len(vocab)} BPE pieces; Qwen's vocabulary has {QWEN_N_PIECES}")
+    for name, fixed in QWEN_CONTROL.items():
+        if added.get(fixed, (None,))[0] != name:
+            raise ExportError(f"{where}: token {fixed} is {added.get(fixed, ('none',))[0]!r}, not Qwen's {name}")
+    top = max(added) + 1
+    missing = [i for i in range(QWEN_N_PIECES, top) if i not in added]
+    if missing:
+        raise ExportError(f"{where}: added token ids {missing[:5]} have no token")
+    # llama3_byte_pieces checks the BPE pieces as for Llama 3, but for their number
+    pieces = llama3_byte_pieces(where, vocab, merges, {}, n_pieces=QWEN_N_PIECES, n_special=0)
+    return pieces + [b"" if added[i][1] else added[i][0].encode("utf-8") for i in range(QWEN_N_PIECES, top)]
+
+
+def read_qwen_tokenizer_json(path, tok):
+    if (tok.get("normalizer") or {}).get("type") != "NFC":
+        raise ExportError(f"{path}: normalizer is {tok.get('normalizer')!r}; Qwen's is NFC")
+    model = tok["model"]
+    if model.get("ignore_merges"):
+        raise ExportError(f"{path}: model.ignore_merges is true; Qwen's tokenizer merges every chunk")
+    added = {a["id"]: (a["content"], bool(a.get("special"))) for a in tok.get("added_tokens") or []}
+    return qwen_byte_pieces(path, model["vocab"], model.get("merges") or [], added)
+
+
+def write_qwen_tokenizer(out, pieces):
+    """The byte-level BPE tokenizer file, kind 2, with Qwen's flags, no BOS and ChatML's ids."""
+    ids = QWEN_CONTROL
+    stops = [ids["<|endoftext|>"], ids["<|im_end|>"]]
+    flags = FLAG_NFC | FLAG_SINGLE_DIGITS | FLAG_CHATML
+    out.write(struct.pack("<I9i", TOKENIZER_MAGIC, 2, flags, len(pieces), max(len(p) for p in pieces), QWEN_N_PIECES,
+                          -1, ids["<|im_start|>"], -1, ids["<|im_end|>"]))
+    out.write(struct.pack(f"<i{len(stops)}i", len(stops), *stops))
+    for p in pieces:
+        out.write(struct.pack("<i", len(p)))
+        out.write(p)
+    return f"{len(pieces)} tokens (byte-level BPE, Qwen), no BOS, stop ids {stops}"
+
+
 def export_tokenizer(in_path, out):
     if is_gguf(in_path):
         return export_gguf_tokenizer(in_path, out)
     if in_path.endswith(".json"):
         with open(in_path, encoding="utf-8") as f:
             tok = json.load(f)
+        if QWEN2_PATTERN in split_patterns(tok.get("pre_tokenizer")):
+            return write_qwen_tokenizer(out, read_qwen_tokenizer_json(in_path, tok))
         if "ByteLevel" in json.dumps(tok.get("pre_tokenizer")):
             return write_byte_level_tokenizer(out, read_llama3_tokenizer_json(in_path, tok))
         pieces, scores, bos_id, eos_id = read_hf_tokenizer_json(in_path)
@@ -427,7 +487,8 @@ def export_tokenizer(in_path, out):
 
 def export_gguf_tokenizer(path, out):
     """The tokenizer file of a GGUF's own vocabulary: SentencePiece ("llama") as
-    tokenizer.bin, or Llama 3's byte-level BPE ("gpt2" with pre-tokenizer "llama-bpe")."""
+    tokenizer.bin, or byte-level BPE ("gpt2") with pre-tokenizer "llama-bpe" (Llama 3)
+    or "qwen2" (Qwen2, Qwen2.5, Qwen3)."""
     meta = GGUFFile(path).metadata
     model = meta.get("tokenizer.ggml.model")
     tokens = gguf_list(path, meta, "tokenizer.ggml.tokens", str)
@@ -442,14 +503,16 @@ def export_gguf_tokenizer(path, out):
         return f"{len(tokens)} pieces, BOS {bos_id}, EOS {eos_id}"
     if model != "gpt2":
         raise ExportError(f"{path}: tokenizer.ggml.model is {model!r}: only \"llama\" (SentencePiece, Llama 2) and "
-                          "\"gpt2\" with pre-tokenizer \"llama-bpe\" (Llama 3) are supported")
+                          "\"gpt2\" with pre-tokenizer \"llama-bpe\" (Llama 3) or \"qwen2\" are supported")
     pre = meta.get("tokenizer.ggml.pre")
-    if pre != "llama-bpe":
+    if pre not in ("llama-bpe", "qwen2"):
         raise ExportError(f"{path}: tokenizer.ggml.pre is {pre!r}: of the byte-level (gpt2) tokenizers only "
-                          "Llama 3's, \"llama-bpe\", is supported")
+                          "Llama 3's, \"llama-bpe\", and Qwen's, \"qwen2\", are supported")
     types = gguf_list(path, meta, "tokenizer.ggml.token_type", int)
     if len(types) != len(tokens):
         raise ExportError(f"{path}: tokenizer.ggml.token_type has {len(types)} values for {len(tokens)} tokens")
+    if pre == "qwen2":
+        return write_qwen_tokenizer(out, gguf_qwen_pieces(path, meta, tokens, types))
     # the BPE pieces are the normal tokens (type 1), ids 0..n-1; control tokens follow
     n = next((i for i, t in enumerate(types) if t != 1), len(types))
     if any(t == 1 for t in types[n:]):
@@ -467,6 +530,25 @@ def export_gguf_tokenizer(path, out):
     if eos_id not in stops:
         raise ExportError(f"{path}: tokenizer.ggml.eos_token_id is {eos_id}; run.c stops at Llama 3's {stops} only")
     return write_byte_level_tokenizer(out, pieces)
+
+
+def gguf_qwen_pieces(path, meta, tokens, types):
+    """A Qwen GGUF's tokens as qwen_byte_pieces wants them. llama.cpp's converter writes
+    the BPE pieces as normal tokens (type 1), the added tokens as control (3, the
+    special ones) or user-defined (4), and pads to the model's vocabulary with unused
+    tokens (5, "[PAD151669]"), which are left out here as they have no text."""
+    while types and types[-1] == 5:
+        types, tokens = types[:-1], tokens[:-1]
+    vocab = {piece: i for i, piece in enumerate(tokens[:QWEN_N_PIECES]) if types[i] == 1}
+    if len(vocab) != QWEN_N_PIECES:
+        raise ExportError(f"{path}: tokenizer.ggml.token_type: ids 0..{QWEN_N_PIECES - 1} are not all normal tokens")
+    added = {}
+    for i in range(QWEN_N_PIECES, len(tokens)):
+        if types[i] not in (3, 4):
+            raise ExportError(f"{path}: tokenizer.ggml.token_type of id {i} is {types[i]}; Qwen's added tokens "
+                              "are control (3) or user-defined (4)")
+        added[i] = (tokens[i], types[i] == 3)
+    return qwen_byte_pieces(path, vocab, gguf_list(path, meta, "tokenizer.ggml.merges", str), added)
 
 
 # ===========================================================================

@@ -1578,11 +1578,11 @@ static void test_tokenizer_errors(const char *model) {
 /* Splits text with next_chunk() and compares the chunks with `want`, which
    lists them separated by '|'. The expected splits are worked out by hand from
    the pre-tokenizer's regex (see run.c). */
-static void check_chunks(const char *text, const char *want) {
+static void check_chunks_digits(const char *text, const char *want, int max_digits) {
     char got[256] = "";
     size_t n = strlen(text);
     for (size_t i = 0, end; i < n; i = end) {
-        end = next_chunk(text, n, i);
+        end = next_chunk(text, n, i, max_digits);
         if (end <= i || end > n) {
             check(0, "next_chunk(\"%s\", %zu) returned %zu", text, i, end);
             return;
@@ -1592,6 +1592,8 @@ static void check_chunks(const char *text, const char *want) {
     }
     check(strcmp(got, want) == 0, "chunks of \"%s\": want \"%s\", got \"%s\"", text, want, got);
 }
+
+static void check_chunks(const char *text, const char *want) { check_chunks_digits(text, want, 3); }
 
 static void test_pretokenizer(void) {
     check_chunks("Hello world", "Hello| world");
@@ -1612,6 +1614,8 @@ static void test_pretokenizer(void) {
     check_chunks("a\xE2\x80\x8B\xE2\x80\x8B" "b", "a|\xE2\x80\x8B\xE2\x80\x8B|b"); /* zero-width space is not white space */
     check_chunks("x\xC2\x85\xC2\x85y", "x|\xC2\x85|\xC2\x85y"); /* U+0085 is White_Space */
     check_chunks("\xE4\xB8\xAD\xE6\x96\x87 42", "\xE4\xB8\xAD\xE6\x96\x87| |42");
+    /* Qwen's regex has \p{N} where Llama 3's has \p{N}{1,3} */
+    check_chunks_digits("x12345 \xD9\xA3\xD9\xA4", "x|1|2|3|4|5| |\xD9\xA3|\xD9\xA4", 1);
 }
 
 /* A byte-level BPE file: ids 0-255 are the bytes, then `pieces`; ids from
@@ -1675,8 +1679,10 @@ static void test_byte_level_tokenizer(void) {
     int len;
     const char *p = decode(&t, BOS3, ' ', &len);
     check(len == 1 && p[0] == ' ', "no space is dropped after BOS");
-    decode(&t, 'a', CONTROL, &len);
-    check(len == 0, "control tokens decode to nothing");
+    decode(&t, 'a', CONTROL + 1, &len);
+    check(len == 0, "control tokens (no text) decode to nothing");
+    p = decode(&t, 'a', CONTROL, &len);
+    check(len == 5 && memcmp(p, "<|c|>", 5) == 0, "a token past first_special prints the text the file gives it");
     FILE *out = tmpfile();
     print_piece(&t, out, "\x01", 1);
     print_piece(&t, out, "\xE2", 1);
@@ -1696,9 +1702,9 @@ static void test_byte_level_tokenizer(void) {
 
     /* damaged files */
     struct { int first_special; int32_t bos; int n_stop; int vocab; const char *needle; } bad[] = {
-        {CONTROL, BOS3, 1, 256 + N_PIECES + 1, "tokenizer has 264 pieces, the model's vocabulary 265"},
+        {CONTROL, BOS3, 1, 256 + N_PIECES - 1, "tokenizer has 264 pieces, the model's vocabulary 263"},
         {100, BOS3, 1, 256 + N_PIECES, "first_special is 100"},
-        {CONTROL, 999, 1, 256 + N_PIECES, "special id 999 is outside the vocabulary"},
+        {CONTROL, 999, 1, 256 + N_PIECES + 1000, "BOS id 999 is outside the tokenizer's 264 pieces"},
         {CONTROL, BOS3, 0, 256 + N_PIECES, "0 stop ids"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1721,9 +1727,128 @@ static void test_byte_level_tokenizer(void) {
     unlink(missing), free(missing), free(b.data);
 }
 
+/* A kind 2 file as export.py writes Qwen's: flags, then kind 1's fields; ids
+   0-255 are the bytes, then `pieces`, from `first_special` on added tokens. */
+static char *make_kind2_tokenizer(int32_t flags, const char **pieces, int n, int first_special, const int32_t *ids4,
+                                  int n_stop, const int32_t *stops) {
+    Buffer b = {0};
+    int32_t header[6] = {(int32_t)TOKENIZER_MAGIC, 2, flags, 256 + n, 16, first_special};
+    for (int i = 0; i < 6; i++) put_i32(&b, header[i]);
+    for (int i = 0; i < 4; i++) put_i32(&b, ids4[i]);
+    put_i32(&b, n_stop);
+    for (int i = 0; i < n_stop; i++) put_i32(&b, stops[i]);
+    for (int i = 0; i < 256; i++) {
+        char byte = (char)i;
+        put_i32(&b, 1), put(&b, &byte, 1);
+    }
+    for (int i = 0; i < n; i++) put_i32(&b, strlen(pieces[i])), put(&b, pieces[i], strlen(pieces[i]));
+    char *path = write_temp(b.data, b.n);
+    free(b.data);
+    return path;
+}
+
+/* Kind 2 with Qwen's flags: NFC, one digit a chunk, merges inside a chunk that
+   is a token, ChatML ids, no BOS, and a model with more ids than pieces. */
+static void test_kind2_tokenizer(void) {
+    enum { E_ACUTE = 256, TWELVE, XYZ, END_TEXT, IM_START, IM_END, THINK, N_PIECES = 7, VOCAB = 256 + N_PIECES + 9 };
+    const char *pieces[N_PIECES] = {"\xC3\xA9", "12", "xyz", "", "", "", "<think>"};
+    int32_t ids[4] = {-1, IM_START, -1, IM_END}, stops[2] = {END_TEXT, IM_END};
+    char *path = make_kind2_tokenizer(FLAG_NFC | FLAG_SINGLE_DIGITS | FLAG_CHATML, pieces, N_PIECES, END_TEXT, ids, 2,
+                                      stops);
+    Tokenizer t;
+    load_tokenizer(&t, path, VOCAB);
+    check(t.bos_id == -1 && t.chat == CHATML && t.turn_start_id == IM_START && t.turn_end_id == IM_END &&
+              stops_at(&t, END_TEXT) && stops_at(&t, IM_END) && t.nfc && t.max_digits == 1 && !t.whole_chunk_tokens,
+          "kind 2 file: no BOS, ChatML ids, stop ids, flags");
+    check(encode_equals(&t, "e\xCC\x81", (int[]){E_ACUTE}, 1), "kind 2 with FLAG_NFC: e + U+0301 is \xC3\xA9");
+    check(encode_equals(&t, "12", (int[]){'1', '2'}, 2), "kind 2 with FLAG_SINGLE_DIGITS: 12 is two chunks");
+    check(encode_equals(&t, "xyz", (int[]){'x', 'y', 'z'}, 3), "kind 2 without FLAG_WHOLE_CHUNK_TOKENS: no merges to xyz");
+    check(encode_equals(&t, "", (int[]){0}, 0), "no BOS: empty text has no ids");
+    int len;
+    const char *p = decode(&t, 'a', THINK, &len);
+    check(len == 7 && memcmp(p, "<think>", 7) == 0, "an added token prints its text");
+    decode(&t, 'a', VOCAB - 1, &len);
+    check(len == 0, "an id past the tokenizer's pieces prints nothing");
+    free_tokenizer(&t);
+    unlink(path), free(path);
+    /* what a kind 2 file may not have */
+    int32_t bad_ids[4] = {-1, IM_START, -1, VOCAB};
+    path = make_kind2_tokenizer(FLAG_NFC, pieces, N_PIECES, END_TEXT, bad_ids, 2, stops);
+    check(load_fails_with(path, VOCAB, "chat token id 272 is outside the tokenizer's 263 pieces"),
+          "kind 2: a chat id past the pieces");
+    unlink(path), free(path);
+    path = make_kind2_tokenizer(16, pieces, N_PIECES, END_TEXT, ids, 2, stops);
+    check(load_fails_with(path, VOCAB, "unknown tokenizer flags 0x10"), "kind 2: unknown flags");
+    unlink(path), free(path);
+}
+
+/* NFC against Python's unicodedata.normalize (Unicode 14.0.0, the tables'
+   version): every character with a decomposition or a combining class, every
+   1000th Hangul syllable, and 20000 random strings of them, of Hangul jamo
+   and of ASCII, each given as its hex code points and its NFC. */
+static void test_nfc(const char *python) {
+    static const char script[] =
+        "import random, unicodedata\n"
+        "if unicodedata.unidata_version != '14.0.0': raise SystemExit('Unicode ' + unicodedata.unidata_version)\n"
+        "marked = [c for c in map(chr, range(0x110000)) if unicodedata.decomposition(c)[:1] not in ('', '<')"
+        " or unicodedata.combining(c)]\n"
+        "pool = marked + [chr(c) for c in range(0xAC00, 0xD7A4, 1000)] + [chr(c) for c in range(0x1100, 0x1200)]"
+        " + list('aeAE .1')\n"
+        "rng = random.Random(27)\n"
+        "cases = pool + [''.join(rng.choice(pool) for _ in range(rng.randint(2, 8))) for _ in range(20000)]\n"
+        "for s in cases:\n"
+        "    print(' '.join('%X' % ord(c) for c in s) + ';' + ' '.join('%X' % ord(c) for c in"
+        " unicodedata.normalize('NFC', s)))\n";
+    if (!python || !python[0]) {
+        skip("NFC against Python's unicodedata: no python3 (make sets PYTHON)");
+        return;
+    }
+    char script_path[] = "/tmp/run_test_nfc_XXXXXX", command[4200];
+    int fd = mkstemp(script_path);
+    if (fd < 0 || write(fd, script, sizeof script - 1) != (ssize_t)(sizeof script - 1)) {
+        check(0, "cannot write the NFC script");
+        return;
+    }
+    close(fd);
+    snprintf(command, sizeof command, "%s %s", python, script_path);
+    FILE *p = popen(command, "r");
+    char line[1024];
+    int n_cases = 0, n_wrong = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        char text[256], want[256], *field = line;
+        size_t len[2] = {0, 0};
+        for (int side = 0; side < 2; side++) {
+            char *out = side ? want : text;
+            while (*field && *field != ';' && *field != '\n') {
+                char *end;
+                uint32_t cp = (uint32_t)strtoul(field, &end, 16);
+                if (end == field) break;
+                len[side] += put_utf8(out + len[side], cp);
+                field = end + (*end == ' ');
+            }
+            field += *field == ';';
+        }
+        size_t got_len;
+        char *got = nfc(text, len[0], &got_len);
+        n_cases++;
+        if (got_len != len[1] || memcmp(got, want, got_len) != 0) {
+            if (n_wrong++ < 5) printf("  NFC of %s", line);
+        }
+        free(got);
+    }
+    int status = p ? pclose(p) : -1;
+    unlink(script_path);
+    if (status != 0 && n_cases == 0) {
+        skip("NFC against Python's unicodedata: %s has no Unicode 14.0.0", python);
+        return;
+    }
+    check(n_cases > 20000 && n_wrong == 0, "NFC: %d of %d strings differ from Python's unicodedata.normalize", n_wrong,
+          n_cases);
+}
+
 /* ./run -m tokenize against the reference tokenizers (check_tokenizer.py):
    SentencePiece's ids for the Llama 2 tokenizer.bin, Hugging Face's for
-   ../shared's Llama 3 tokenizer.json. */
+   ../shared's Llama 3 and Qwen3 tokenizer.json. */
 static void test_shared_tokenizers(const char *run) {
     if (!have_shared()) {
         printf("note: %s/models not found: skipping the shared tokenizer checks\n", shared_dir());
@@ -1733,6 +1858,8 @@ static void test_shared_tokenizers(const char *run) {
     snprintf(script, sizeof script, "%s/tools/check_tokenizer.py", shared_dir());
     run_python_suite("python3", script, run);
     snprintf(args, sizeof args, "--tokenizer-json %s/tokenizer/llama3/tokenizer.json %s", shared_dir(), run);
+    run_python_suite("python3", script, args);
+    snprintf(args, sizeof args, "--tokenizer-json %s/tokenizer/qwen3/tokenizer.json %s", shared_dir(), run);
     run_python_suite("python3", script, args);
 }
 
@@ -2433,7 +2560,7 @@ static void test_llama3_chat(const char *python) {
     check(l.n == (int)(sizeof second / sizeof *second) && memcmp(l.ids, second, sizeof second) == 0,
           "Llama 3 chat, second turn: %d tokens", l.n);
     free(l.ids);
-    check(t.bos_id == 128000 && t.end_of_turn_id == 128009 && stops_at(&t, 128001) && stops_at(&t, 128008) &&
+    check(t.bos_id == 128000 && t.turn_end_id == 128009 && stops_at(&t, 128001) && stops_at(&t, 128008) &&
               stops_at(&t, 128009) && !stops_at(&t, 128000),
           "Llama 3 BOS and stop ids");
     free_tokenizer(&t);
@@ -3689,6 +3816,8 @@ int main(void) {
     test_tokenizer_errors(model);
     test_pretokenizer();
     test_byte_level_tokenizer();
+    test_kind2_tokenizer();
+    test_nfc(python);
     test_shared_tokenizers(run);
 
     /* sampler */

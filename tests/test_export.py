@@ -1446,6 +1446,66 @@ def test_llama3_tokenizer():
     ok(f"{name}: a tiktoken file that is not Llama 3's is refused", rc == 1 and "300 pieces" in err, err)
 
 
+def test_qwen_tokenizer():
+    """Qwen3's tokenizer.json, and a GGUF holding the same vocabulary as llama.cpp's
+    converter writes it (pre-tokenizer "qwen2", added tokens of type 3 or 4, padded
+    with unused tokens to the model's 151936), give one kind 2 file."""
+    name = "Qwen3 tokenizer"
+    json_file = os.path.join(SHARED, "tokenizer", "qwen3", "tokenizer.json")
+    if not os.path.exists(json_file):
+        skip(name, f"{json_file} missing")
+        return
+    with open(json_file, encoding="utf-8") as f:
+        tok = json.load(f)
+    from_json = path("qwen3_from_json.bin")
+    rc, err = export(from_json, "--tokenizer", json_file)
+    if not ok(f"{name}: export.py --tokenizer tokenizer.json", rc == 0, err):
+        return
+    with open(from_json, "rb") as f:
+        data = f.read()
+    magic, kind, flags, n, max_len, first_special, bos, im_start, no_header, im_end, n_stop = \
+        struct.unpack_from("<I10i", data)
+    stops = list(struct.unpack_from(f"<{n_stop}i", data, 44))
+    ok(f"{name}: header (kind 2, flags NFC | one digit | ChatML, 151669 tokens, added from 151643, no BOS, "
+       "<|im_start|> and <|im_end|>, stop ids)",
+       (magic, kind, flags, n, first_special, bos, im_start, no_header, im_end, stops) ==
+       (0x6E6B6F74, 2, 1 | 2 | 8, 151669, 151643, -1, 151644, -1, 151645, [151643, 151645]), str(struct.unpack_from("<I10i", data)))
+    decoder = gpt2_bytes_decoder()
+    raw = {i: bytes(decoder[c] for c in piece) for piece, i in tok["model"]["vocab"].items()}
+    pos, pieces = 44 + 4 * n_stop, []
+    for _ in range(n):
+        (length,) = struct.unpack_from("<i", data, pos)
+        pieces.append(data[pos + 4:pos + 4 + length])
+        pos += 4 + length
+    added = {a["id"]: a for a in tok["added_tokens"]}
+    ok(f"{name}: the BPE pieces' raw bytes, the special added tokens without text, the others with theirs",
+       pos == len(data) and pieces[:151643] == [raw[i] for i in range(151643)]
+       and all(pieces[i] == (b"" if added[i]["special"] else added[i]["content"].encode()) for i in range(151643, n))
+       and pieces[151667] == b"<think>" and max_len == max(len(p) for p in pieces))
+
+    n_model = 151936
+    tokens, types = [f"[PAD{i}]" for i in range(n_model)], np.full(n_model, 5, dtype=np.int32)
+    for piece, i in tok["model"]["vocab"].items():
+        tokens[i], types[i] = piece, 1
+    for a in tok["added_tokens"]:
+        tokens[a["id"]], types[a["id"]] = a["content"], 3 if a["special"] else 4
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
+    kv = [("general.architecture", "string", "qwen3"), ("tokenizer.ggml.model", "string", "gpt2"),
+          ("tokenizer.ggml.pre", "string", "qwen2"), ("tokenizer.ggml.tokens", "array", ("string", tokens)),
+          ("tokenizer.ggml.token_type", "array", ("int32", types)), ("tokenizer.ggml.merges", "array", ("string", merges)),
+          ("tokenizer.ggml.eos_token_id", "uint32", 151645), ("tokenizer.ggml.add_bos_token", "bool", False)]
+    gguf = path("qwen3_vocab.gguf")
+    write_gguf(gguf, kv, [])
+    from_gguf = path("qwen3_from_gguf.bin")
+    rc, err = export(from_gguf, "--tokenizer", gguf)
+    ok(f"{name}: --tokenizer MODEL.gguf (gpt2, qwen2) gives the same file as tokenizer.json",
+       rc == 0 and same_bytes(from_json, from_gguf), err)
+    kv[2] = ("tokenizer.ggml.pre", "string", "deepseek-llm")
+    write_gguf(gguf, kv, [])
+    rc, err = export(path("refused.bin"), "--tokenizer", gguf)
+    ok(f"{name}: another GGUF pre-tokenizer is refused by name", rc == 1 and "deepseek-llm" in err, err)
+
+
 def test_unicode_tables():
     import unicodedata
     name = "run.c's Unicode tables are unicode_tables.py's output"
@@ -2021,6 +2081,7 @@ def main():
         sp_export = test_tokenizer_model()
         test_tokenizer_json(sp_export)
         test_llama3_tokenizer()
+        test_qwen_tokenizer()
         test_unicode_tables()
         test_bin_round_trips()
         # Generation checks print text with a 32000-piece tokenizer.bin.
