@@ -5485,6 +5485,8 @@ static void bad_flag(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    for (char *c = message; *c; c++) /* a value's control characters as '?': the message stays one line */
+        if ((unsigned char)*c < 0x20) *c = '?';
     fail("%s (usage: run <checkpoint> [options]; run -h lists them)", message);
 }
 

@@ -3377,7 +3377,7 @@ static void test_flags(const char *model, const char *tokenizer) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         RunResult r;
         run_args(&r, NULL, model, "-z", tokenizer, bad[i][0], bad[i][1], NULL);
-        check(r.status == 1 && strstr(r.err, "usage:") && strstr(r.err, bad[i][0]),
+        check(r.status == 1 && strstr(r.err, "usage:") && strstr(r.err, bad[i][0]) && single_line(r.err),
               "bad flag %s '%s': want exit 1 with the usage line, got %d: %s", bad[i][0], bad[i][1], r.status, r.err);
     }
     RunResult r;
