@@ -1739,6 +1739,11 @@ static void print_piece(const Tokenizer *t, FILE *out, const char *piece, int le
 /* ------------------------------------------------------------------------- */
 /* Sampler: logits -> next token, bit-compatible with llama2.c for a seed     */
 
+/* The steps, in Hugging Face transformers' order: the presence penalty on the
+   logits, temperature, softmax, then top-k, top-p and min-p, each keeping part
+   of what the one before kept, and one draw from what is left, renormalised.
+   With the penalty, top-k and min-p off (their defaults) it is llama2.c's
+   sampler, float for float. */
 typedef struct {
     float prob;
     int index;
@@ -1746,12 +1751,48 @@ typedef struct {
 
 typedef struct {
     int vocab_size;
-    float temperature; /* 0 = greedy */
-    float topp;        /* nucleus sampling threshold; outside (0, 1) = off */
+    float temperature;      /* 0 = greedy */
+    float topp;             /* nucleus sampling threshold; outside (0, 1) = off */
+    int topk;               /* keep the topk most likely tokens; 0 or >= vocab_size = off */
+    float minp;             /* keep the tokens at least minp times the likeliest one's probability; 0 = off */
+    float presence_penalty; /* subtracted from the logit of each token already in the answer; 0 = off */
     uint64_t rng_state;
-    ProbIndex *probindex; /* scratch for top-p */
+    ProbIndex *probindex;   /* scratch for top-k, top-p and min-p */
     void (*softmax)(float *x, int n); /* softmax(), or its fast twin from Part II */
+    /* the answer's distinct tokens, in the order they first came (kept only
+       with a presence penalty; allocated at the first) */
+    int *answer, n_answer;
+    unsigned char *in_answer; /* [vocab_size]: 1 for the tokens in answer */
 } Sampler;
+
+/* A drawn token joins the answer, which the presence penalty looks at. */
+static void add_to_answer(Sampler *s, int token) {
+    if (s->presence_penalty == 0.0f) return;
+    if (!s->in_answer) {
+        s->in_answer = calloc(s->vocab_size, 1);
+        s->answer = malloc(s->vocab_size * sizeof(int));
+        if (!s->in_answer || !s->answer) fail("out of memory (the sampler's record of a %d-token vocabulary)", s->vocab_size);
+    }
+    if (s->in_answer[token]) return;
+    s->in_answer[token] = 1;
+    s->answer[s->n_answer++] = token;
+}
+
+/* Takes the answer back to its first n distinct tokens (n = 0: a new answer). */
+static void truncate_answer(Sampler *s, int n) {
+    while (s->n_answer > n) s->in_answer[s->answer[--s->n_answer]] = 0;
+}
+
+static void free_answer(Sampler *s) {
+    free(s->answer), free(s->in_answer);
+    s->answer = NULL, s->in_answer = NULL, s->n_answer = 0;
+}
+
+/* The presence penalty (OpenAI's and vLLM's): every token of the answer so far,
+   however often it came, loses the penalty from its logit. */
+static void penalize(const Sampler *s, float *logits) {
+    for (int i = 0; i < s->n_answer; i++) logits[s->answer[i]] -= s->presence_penalty;
+}
 
 /* xorshift64* */
 static uint32_t random_u32(uint64_t *state) {
@@ -1788,6 +1829,23 @@ static int compare_prob_desc(const void *a, const void *b) {
     return (x->index > y->index) - (x->index < y->index);
 }
 
+/* The shortest start of the sorted candidates c[0..n) whose probabilities sum
+   past limit; all n when rounding keeps the sum from passing it. Returns its
+   length, and its probability in *total. */
+static int nucleus_prefix(const ProbIndex *c, int n, float limit, float *total) {
+    float cumulative_prob = 0.0f;
+    int last = n - 1;
+    for (int i = 0; i < n; i++) {
+        cumulative_prob += c[i].prob;
+        if (cumulative_prob > limit) {
+            last = i;
+            break;
+        }
+    }
+    *total = cumulative_prob;
+    return last + 1;
+}
+
 /* The nucleus: the smallest set of most likely tokens whose probabilities sum
    past topp, sorted into probindex, most likely first. Returns its size (0 when
    no token reaches the cutoff) and its probability in *total. Tokens below
@@ -1804,53 +1862,121 @@ static int nucleus(const float *probs, int n, float topp, ProbIndex *probindex, 
     }
     if (n0 == 0) return 0;
     qsort(probindex, n0, sizeof(ProbIndex), compare_prob_desc);
-    float cumulative_prob = 0.0f;
-    int last = n0 - 1;
-    for (int i = 0; i < n0; i++) {
-        cumulative_prob += probindex[i].prob;
-        if (cumulative_prob > topp) {
-            last = i;
-            break;
+    return nucleus_prefix(probindex, n0, topp, total);
+}
+
+/* Moves heap[i] down until both its children rank below it in compare_prob_desc
+   (the heap's root is the weakest of its tokens). */
+static void sift_down(ProbIndex *heap, int n, int i) {
+    for (;;) {
+        int weakest = i, left = 2 * i + 1, right = left + 1;
+        if (left < n && compare_prob_desc(&heap[left], &heap[weakest]) > 0) weakest = left;
+        if (right < n && compare_prob_desc(&heap[right], &heap[weakest]) > 0) weakest = right;
+        if (weakest == i) return;
+        ProbIndex t = heap[i];
+        heap[i] = heap[weakest], heap[weakest] = t;
+        i = weakest;
+    }
+}
+
+/* The k most likely tokens (equal ones by index, as compare_prob_desc ranks
+   them) into c, most likely first; returns how many (fewer than k only when
+   probabilities are NaN, which are skipped), their probability in *total. A heap
+   of the best k so far, weakest at the root: one pass over the vocabulary, and
+   only the k are sorted. */
+static int top_k(const float *probs, int n, int k, ProbIndex *c, float *total) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(probs[i] >= 0.0f)) continue;
+        ProbIndex t = {probs[i], i};
+        if (m < k) { /* still filling: the new one goes in at the bottom and rises */
+            int j = m++;
+            while (j > 0 && compare_prob_desc(&c[(j - 1) / 2], &t) < 0) c[j] = c[(j - 1) / 2], j = (j - 1) / 2;
+            c[j] = t;
+        } else if (compare_prob_desc(&t, &c[0]) < 0) {
+            c[0] = t;
+            sift_down(c, m, 0);
         }
     }
-    *total = cumulative_prob;
-    return last + 1;
+    qsort(c, m, sizeof(ProbIndex), compare_prob_desc);
+    *total = 0.0f;
+    for (int i = 0; i < m; i++) *total += c[i].prob;
+    return m;
 }
 
-/* Nucleus sampling: draw from the nucleus. */
-static int sample_topp(const float *probs, int n, float topp, ProbIndex *probindex, float coin) {
-    float total;
-    int kept = nucleus(probs, n, topp, probindex, &total);
-    if (kept == 0) return sample_mult(probs, n, coin);
-    float r = coin * total;
-    float cdf = 0.0f;
-    for (int i = 0; i < kept; i++) {
-        cdf += probindex[i].prob;
-        if (r < cdf) return probindex[i].index;
+/* min-p over the candidates c[0..n), sorted: the start whose probabilities are
+   at least minp times the first's; returns its length, its probability in *total. */
+static int min_p_prefix(const ProbIndex *c, int n, float minp, float *total) {
+    float threshold = minp * c[0].prob;
+    int kept = 1;
+    *total = c[0].prob;
+    while (kept < n && c[kept].prob >= threshold) *total += c[kept++].prob;
+    return kept;
+}
+
+/* min-p over the whole vocabulary: the tokens at least minp times as likely as
+   the likeliest, into c in index order (no sort needed to draw from them). */
+static int min_p(const float *probs, int n, float minp, ProbIndex *c, float *total) {
+    float threshold = minp * probs[sample_argmax(probs, n)];
+    int kept = 0;
+    *total = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (probs[i] >= threshold) c[kept].prob = probs[i], c[kept++].index = i, *total += probs[i];
+    return kept;
+}
+
+/* The tokens top-k, then top-p, then min-p keep of probs, into s->probindex;
+   returns how many (0: every token, as probs has them), their probability in
+   *total. Top-p works on what top-k kept, renormalised: the nucleus passes
+   topp times their total. Min-p keeps a token by its ratio to the likeliest,
+   which renormalising does not change. */
+static int candidates(Sampler *s, const float *probs, float *total) {
+    int n = s->vocab_size, kept = 0;
+    ProbIndex *c = s->probindex;
+    int use_topk = s->topk > 0 && s->topk < n, use_topp = s->topp > 0 && s->topp < 1;
+    if (use_topk) {
+        kept = top_k(probs, n, s->topk, c, total);
+        if (use_topp && kept > 0) kept = nucleus_prefix(c, kept, s->topp * *total, total);
+    } else if (use_topp) {
+        kept = nucleus(probs, n, s->topp, c, total);
     }
-    return probindex[kept - 1].index;
+    if (s->minp > 0) kept = kept > 0 ? min_p_prefix(c, kept, s->minp, total) : min_p(probs, n, s->minp, c, total);
+    return kept;
 }
 
-/* Picks the next token; overwrites logits with probabilities when sampling. */
+/* The token at coin (in [0, 1)) on the CDF of the candidates, renormalised. */
+static int sample_candidates(Sampler *s, const float *probs, float coin) {
+    float total;
+    int kept = candidates(s, probs, &total);
+    if (kept == 0) return sample_mult(probs, s->vocab_size, coin);
+    float r = coin * total, cdf = 0.0f;
+    for (int i = 0; i < kept; i++) {
+        cdf += s->probindex[i].prob;
+        if (r < cdf) return s->probindex[i].index;
+    }
+    return s->probindex[kept - 1].index;
+}
+
+/* Picks the next token; overwrites logits with probabilities when sampling
+   (greedy: with the penalised logits). */
 static int sample(Sampler *s, float *logits) {
+    penalize(s, logits);
     if (s->temperature == 0.0f) return sample_argmax(logits, s->vocab_size);
     for (int i = 0; i < s->vocab_size; i++) logits[i] /= s->temperature;
     s->softmax(logits, s->vocab_size);
-    float coin = random_f32(&s->rng_state);
-    if (s->topp <= 0 || s->topp >= 1) return sample_mult(logits, s->vocab_size, coin);
-    return sample_topp(logits, s->vocab_size, s->topp, s->probindex, coin);
+    return sample_candidates(s, logits, random_f32(&s->rng_state));
 }
 
-/* The distribution sample() draws from, written over the logits: temperature,
-   softmax, then with top-p only the nucleus, renormalised. (Speculative
-   sampling compares the draft's and the target's; Part III.) */
+/* The distribution sample() draws from (temperature > 0), written over the
+   logits: the candidates' probabilities renormalised, 0 for the others.
+   (Speculative sampling compares the draft's and the target's; Part III.) */
 static void sampling_distribution(Sampler *s, float *logits) {
     int n = s->vocab_size;
+    penalize(s, logits);
     for (int i = 0; i < n; i++) logits[i] /= s->temperature;
     s->softmax(logits, n);
-    if (s->topp <= 0 || s->topp >= 1) return;
     float total;
-    int kept = nucleus(logits, n, s->topp, s->probindex, &total);
+    int kept = candidates(s, logits, &total);
     if (kept == 0) return;
     memset(logits, 0, n * sizeof(float));
     for (int i = 0; i < kept; i++) logits[s->probindex[i].index] = s->probindex[i].prob / total;
@@ -4411,8 +4537,8 @@ typedef enum { GENERATE, CHAT, TOKENIZE, PERPLEXITY, BATCH, N_MODES } Mode;
 typedef struct {
     const char *checkpoint, *tokenizer, *prompt, *prompt_file, *system_prompt, *draft;
     Mode mode;
-    float temperature, topp;
-    long long seed, steps, threads, lookup, max_draft, roll;
+    float temperature, topp, minp, presence_penalty;
+    long long topk, seed, steps, threads, lookup, max_draft, roll;
     long long batch, pool; /* batch mode: sequences at once, KV pool positions (0: the default) */
     int steps_given; /* perplexity's windows are the whole context unless -n says otherwise */
     CacheType cache;
@@ -4576,28 +4702,32 @@ static int draft_from_text(const Decoder *d, int *out, int limit) {
 }
 
 /* The draft model's guesses: it catches up on the text, then draws `limit`
-   tokens one at a time, keeping each one's distribution for the check. */
+   tokens one at a time, keeping each one's distribution for the check. Each
+   guess is in the answer (the presence penalty's) for the next, as it will be
+   if the model keeps it; the answer is as it was on return. */
 static int draft_from_model(Decoder *d, Sampler *sampler, int *out, int limit) {
     Model *dm = d->draft;
-    int vocab = dm->ck.config.vocab_size;
+    int vocab = dm->ck.config.vocab_size, answer_before = sampler->n_answer, k;
     float *logits = run_tokens(dm, d->seq.ids + d->draft_pos, d->seq.n - d->draft_pos, d->draft_pos, NULL);
     d->draft_pos = d->seq.n;
-    for (int k = 0; k < limit; k++) {
+    for (k = 0; k < limit; k++) {
         float *q = d->draft_probs + (size_t)k * vocab;
         memcpy(q, logits, vocab * sizeof(float));
         if (sampler->temperature == 0.0f) {
-            out[k] = sample_argmax(logits, vocab);
+            out[k] = sample(sampler, q);
             /* greedy: a token the draft itself doubts is mostly rejected, and
                costs a draft step and a checked token for nothing */
             sampler->softmax(q, vocab);
-            if (q[out[k]] < DRAFT_MIN_PROB) return k;
+            if (q[out[k]] < DRAFT_MIN_PROB) break;
         } else {
             sampling_distribution(sampler, q);
             out[k] = sample_mult(q, vocab, random_f32(&sampler->rng_state));
         }
+        add_to_answer(sampler, out[k]);
         if (k + 1 < limit) logits = run_tokens(dm, &out[k], 1, d->draft_pos++, NULL);
     }
-    return limit;
+    truncate_answer(sampler, answer_before);
+    return k;
 }
 
 /* Context shift, when the context is full: keeps seq[0..n_keep) (at most half
@@ -4649,6 +4779,7 @@ static int decode_step(Model *m, Decoder *d, Sampler *sampler, long max_new, int
     if (d->seq.n > m->state.n_pos) shift_context(m, d);
     int pos = d->seq.n - 1, vocab = m->ck.config.vocab_size;
     int pending = d->seq.ids[pos];
+    add_to_answer(sampler, pending); /* drawn, so in the answer (the answer's first token joins it here) */
     int limit = m->state.n_pos - 1 - pos < d->max_draft ? m->state.n_pos - 1 - pos : d->max_draft;
     if (limit > max_new - 1) limit = (int)(max_new - 1);
     int drafted[MAX_DRAFT + 1], n_drafted = 0;
@@ -4656,6 +4787,7 @@ static int decode_step(Model *m, Decoder *d, Sampler *sampler, long max_new, int
     else if (limit > 0 && d->lookup) n_drafted = draft_from_text(d, drafted + 1, limit);
     if (n_drafted == 0) {
         out[0] = sample(sampler, run_tokens(m, &pending, 1, pos, NULL));
+        add_to_answer(sampler, out[0]);
         return 1;
     }
     drafted[0] = pending;
@@ -4668,6 +4800,7 @@ static int decode_step(Model *m, Decoder *d, Sampler *sampler, long max_new, int
         float *p = d->logits + (size_t)n * vocab;
         if (n == n_drafted || exact) {
             out[n] = sample(sampler, p);
+            add_to_answer(sampler, out[n]);
             if (n == n_drafted || out[n] != drafted[n + 1]) break;
             continue;
         }
@@ -4678,12 +4811,14 @@ static int decode_step(Model *m, Decoder *d, Sampler *sampler, long max_new, int
         sampling_distribution(sampler, p);
         if (random_f32(&sampler->rng_state) * q[t] < p[t]) {
             out[n] = t;
+            add_to_answer(sampler, t);
             continue;
         }
         float total = 0;
         for (int i = 0; i < vocab; i++) total += p[i] = p[i] > q[i] ? p[i] - q[i] : 0.0f;
         /* total is 0 only when rounding made p and q equal: then keep the draft's token */
         out[n] = total > 0 ? sample_mult(p, vocab, random_f32(&sampler->rng_state) * total) : t;
+        add_to_answer(sampler, out[n]);
         break;
     }
     d->accepted += n;
@@ -4883,6 +5018,7 @@ static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, c
         if (turn == 0) d->n_keep = n_system;
         printf("Assistant: ");
         fflush(stdout);
+        truncate_answer(sampler, 0); /* the presence penalty looks at this answer only */
         int first = sample(sampler, feed(m, d, prompt.ids, prompt.n)), ended;
         free(prompt.ids);
         /* an answer is at most as long as the context: past that it could not
@@ -4994,8 +5130,8 @@ typedef struct {
     int has_id;
     const char *prompt;
     const char *system;     /* NULL: no chat template */
-    long long n, seed;
-    float temperature, topp;
+    long long n, seed, topk;
+    float temperature, topp, minp, presence_penalty;
 } Request;
 
 /* A strict JSON reader for one line: RFC 8259's grammar, text in UTF-8. A
@@ -5150,16 +5286,18 @@ static int parse_request(const char *path, int line, const char *text, size_t le
     q->line = line;
     if (*r.p != '{') json_error(&r, "expected a JSON object ({...}), found %s", json_type_at(&r));
     r.p++;
-    static const char *const fields[] = {"prompt", "id", "n", "temperature", "topp", "seed", "system"};
-    int seen[7] = {0};
+    static const char *const fields[] = {"prompt", "id", "n", "temperature", "topp", "seed", "system",
+                                         "topk", "minp", "presence_penalty"};
+    enum { N_FIELDS = sizeof fields / sizeof *fields };
+    int seen[N_FIELDS] = {0};
     json_space(&r);
     while (r.p < r.end && *r.p != '}') {
         if (*r.p != '"') json_error(&r, "expected a field name in quotes, found %s", json_type_at(&r));
         const char *key_at = r.p;
         char *key = (char *)json_string(&r, "a field name");
         int f = 0;
-        while (f < 7 && strcmp(key, fields[f]) != 0) f++;
-        if (f == 7) { /* named as written, escapes and all, up to 40 characters; DEL and C1 controls as \u escapes */
+        while (f < N_FIELDS && strcmp(key, fields[f]) != 0) f++;
+        if (f == N_FIELDS) { /* named as written, escapes and all, up to 40 characters; DEL and C1 controls as \u escapes */
             char name[256];
             size_t at = 0;
             for (const char *c = key_at + 1; c < r.p - 1 && at < 40 * 6;) { /* 40 characters at most */
@@ -5170,7 +5308,8 @@ static int parse_request(const char *path, int line, const char *text, size_t le
                 c += len;
             }
             name[at] = '\0';
-            r.p = key_at, json_error(&r, "unknown field \"%s\" (prompt, id, n, temperature, topp, seed, system)", name);
+            r.p = key_at, json_error(&r, "unknown field \"%s\" (prompt, id, n, temperature, topp, seed, system, "
+                                            "topk, minp, presence_penalty)", name);
         }
         if (seen[f]++) r.p = key_at, json_error(&r, "\"%s\" appears twice", fields[f]);
         r.out = key; /* the name is known: its room is free again */
@@ -5196,6 +5335,9 @@ static int parse_request(const char *path, int line, const char *text, size_t le
         case 3: q->temperature = json_float(&r, field, 0, HUGE_VAL); break;
         case 4: q->topp = json_float(&r, field, 0, 1); break;
         case 5: q->seed = json_integer(&r, field, 0, LLONG_MAX); break;
+        case 7: q->topk = json_integer(&r, field, 0, INT32_MAX); break;
+        case 8: q->minp = json_float(&r, field, 0, 1); break;
+        case 9: q->presence_penalty = json_float(&r, field, -2, 2); break;
         }
         json_space(&r);
         if (r.p < r.end && *r.p == ',') {
@@ -5491,6 +5633,7 @@ static void finish_sequence(Scheduler *sc, Sequence *seq, const char *reason, co
             break;
         }
     release_sequence(&sc->pool, seq);
+    free_answer(&seq->sampler);
     sc->done++;
     free(seq->text), seq->text = NULL;
     free(seq->tokens.ids), seq->tokens.ids = NULL;
@@ -5533,8 +5676,12 @@ static void run_step(Scheduler *sc, Model *m, const Tokenizer *tok, int T, float
     run_segments(m, tokens, T, segments, n_segments, classify, n_classify, logits);
     for (int i = 0; i < sc->n_running; i++) add_to_prefix_table(&sc->pool, sc->running[i]);
     int vocab = m->ck.config.vocab_size;
-    for (int k = 0; k < n_classify; k++) /* in the batch's order: finishing reorders sc->running */
-        take_token(sc, classified[k], tok, sample(&classified[k]->sampler, logits + (size_t)k * vocab));
+    for (int k = 0; k < n_classify; k++) { /* in the batch's order: finishing reorders sc->running */
+        Sampler *s = &classified[k]->sampler;
+        int next = sample(s, logits + (size_t)k * vocab);
+        add_to_answer(s, next);
+        take_token(sc, classified[k], tok, next);
+    }
 }
 
 /* Progress on stderr: a line that updates in place on a terminal, else a line
@@ -5558,6 +5705,7 @@ static void report_progress(int done, int total, long generated, double seconds,
 static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options *o) {
     const Config *c = &m->ck.config;
     Request defaults = {.n = o->steps, .seed = o->seed, .temperature = o->temperature, .topp = o->topp,
+                        .topk = o->topk, .minp = o->minp, .presence_penalty = o->presence_penalty,
                         .system = o->system_prompt};
     /* every line is read before the first token: a mistake stops the run with nothing written */
     int n_requests = 0, cap = 0, line = 0;
@@ -5638,8 +5786,10 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
         for (int i = 0; i < sc.n_waiting; i++) {
             Sequence *seq = sc.waiting[i];
             const Request *q = seq->request;
-            seq->sampler = (Sampler){c->vocab_size, q->temperature, q->topp,
-                                     q->seed > 0 ? (uint64_t)q->seed : (uint64_t)time(NULL), probindex, fast_softmax};
+            seq->sampler = (Sampler){.vocab_size = c->vocab_size, .temperature = q->temperature, .topp = q->topp,
+                                     .topk = (int)q->topk, .minp = q->minp, .presence_penalty = q->presence_penalty,
+                                     .rng_state = q->seed > 0 ? (uint64_t)q->seed : (uint64_t)time(NULL),
+                                     .probindex = probindex, .softmax = fast_softmax};
             seq->blocks = xmalloc(longest_blocks * sizeof(int));
             seq->keys = m->state.key_cache, seq->values = m->state.value_cache;
             seq->keys.blocks = seq->values.blocks = seq->blocks;
@@ -5680,6 +5830,10 @@ static void usage(FILE *out) {
             "options:\n"
             "  -t <float>  temperature, >= 0 (0 = greedy), default 1.0\n"
             "  -p <float>  top-p (nucleus) threshold in [0,1], default 0.9; 0 or 1 = off\n"
+            "  -K <int>    top-k: draw from the k most likely tokens only, >= 0, default 0 = off\n"
+            "  -M <float>  min-p: drop tokens less likely than this times the likeliest, [0,1], default 0 = off\n"
+            "  -P <float>  presence penalty: subtracted from the logit of each token already in the answer,\n"
+            "              [-2,2], default 0 = off\n"
             "  -s <int>    random seed, >= 0, default 0 = from the time\n"
             "  -n <int>    generate: tokens to run, prompt included, at most the context unless -r 1; chat:\n"
             "              the context kept (at most the model's); >= 0, default 256; 0 = the model's context\n"
@@ -5709,6 +5863,8 @@ static void bad_flag(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    for (char *c = message; *c; c++) /* a value's control characters as '?': the message stays one line */
+        if ((unsigned char)*c < 0x20) *c = '?';
     fail("%s (usage: run <checkpoint> [options]; run -h lists them)", message);
 }
 
@@ -5771,12 +5927,15 @@ static Options parse_options(int argc, char **argv) {
             o.checkpoint = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpsnifzmyjdlkrcbx", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpKMPsnifzmyjdlkrcbx", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
         case 't': o.temperature = parse_float(arg, val, 0.0f, INFINITY); break;
         case 'p': o.topp = parse_float(arg, val, 0.0f, 1.0f); break;
+        case 'K': o.topk = parse_int(arg, val, 0, INT32_MAX); break;
+        case 'M': o.minp = parse_float(arg, val, 0.0f, 1.0f); break;
+        case 'P': o.presence_penalty = parse_float(arg, val, -2.0f, 2.0f); break;
         case 's': o.seed = parse_int(arg, val, 0, LLONG_MAX); break;
         case 'n': o.steps = parse_int(arg, val, 0, INT32_MAX), o.steps_given = 1; break;
         case 'i': o.prompt = val; break;
@@ -5841,11 +6000,14 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
         d.draft_probs = xmalloc((size_t)d.max_draft * c->vocab_size * sizeof(float));
     }
     if (o->draft || o->lookup) d.logits = xmalloc((size_t)(d.max_draft + 1) * c->vocab_size * sizeof(float));
-    Sampler sampler = {c->vocab_size, o->temperature, o->topp, o->seed > 0 ? (uint64_t)o->seed : (uint64_t)time(NULL),
-                       xmalloc(c->vocab_size * sizeof(ProbIndex)), fast_softmax};
+    Sampler sampler = {.vocab_size = c->vocab_size, .temperature = o->temperature, .topp = o->topp, .topk = (int)o->topk,
+                       .minp = o->minp, .presence_penalty = o->presence_penalty,
+                       .rng_state = o->seed > 0 ? (uint64_t)o->seed : (uint64_t)time(NULL),
+                       .probindex = xmalloc(c->vocab_size * sizeof(ProbIndex)), .softmax = fast_softmax};
     if (o->mode == GENERATE) generate(m, &d, tok, &sampler, text, (int)steps);
     else chat(m, &d, tok, &sampler, text[0] ? text : NULL, o->system_prompt);
     free(sampler.probindex);
+    free_answer(&sampler);
     free(d.seq.ids), free(d.logits), free(d.draft_probs);
     if (o->draft) {
         stop_model(&draft);

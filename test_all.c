@@ -1890,18 +1890,251 @@ static void test_sampler(void) {
     check(sample_mult(probs, 4, 1.5f) == 3, "sample_mult falls back to the last index");
     /* top-p 0.7: sorted 0.5 (1), 0.25 (3), 0.15 (2), 0.1 (0); the running sum passes
        0.7 at 0.75, so the nucleus is {1, 3} and r = coin * 0.75 */
-    check(sample_topp(probs, 4, 0.7f, scratch, 0.5f) == 1, "top-p, coin 0.5 -> r 0.375 -> token 1");
-    check(sample_topp(probs, 4, 0.7f, scratch, 0.9f) == 3, "top-p, coin 0.9 -> r 0.675 -> token 3");
+    Sampler topp = {.vocab_size = 4, .temperature = 1.0f, .topp = 0.7f, .probindex = scratch};
+    check(sample_candidates(&topp, probs, 0.5f) == 1, "top-p, coin 0.5 -> r 0.375 -> token 1");
+    check(sample_candidates(&topp, probs, 0.9f) == 3, "top-p, coin 0.9 -> r 0.675 -> token 3");
     /* top-p 0.95: cutoff 0.05/3, all kept; sum passes 0.95 only at 1.0 */
-    check(sample_topp(probs, 4, 0.95f, scratch, 0.99f) == 0, "top-p 0.95 keeps the least likely token");
+    topp.topp = 0.95f;
+    check(sample_candidates(&topp, probs, 0.99f) == 0, "top-p 0.95 keeps the least likely token");
 
     /* temperature divides the logits before softmax */
     float logits[3] = {0, 2 * logf(2), 2 * logf(5)}; /* at t=2: probs 1/8, 2/8, 5/8 */
-    Sampler s = {3, 2.0f, 0.0f, 42, scratch, softmax};
+    Sampler s = {.vocab_size = 3, .temperature = 2.0f, .rng_state = 42, .probindex = scratch, .softmax = softmax};
     int token = sample(&s, logits);
     double expect_probs[3] = {1 / 8.0, 2 / 8.0, 5 / 8.0};
     check(max_abs_diff(logits, expect_probs, 3) < 1e-6, "temperature 2 halves the logits");
     check(token == 1, "seed 42 draws 0.339 first; over the CDF (0.125, 0.375, 1) that is token 1, got %d", token);
+}
+
+/* Shares of the tokens over coins 0, 1/N, ..., (N-1)/N through
+   sample_candidates(): the distribution its inverse CDF draws from. */
+static void coin_shares(Sampler *s, const float *probs, double *shares) {
+    enum { N = 10000 };
+    for (int i = 0; i < s->vocab_size; i++) shares[i] = 0;
+    for (int i = 0; i < N; i++) shares[sample_candidates(s, probs, (float)i / N)] += 1.0 / N;
+}
+
+/* Top-k, min-p and their mixes with top-p on a case worked by hand: probs 0.1,
+   0.5, 0.15, 0.25 (sorted: tokens 1, 3, 2, 0). Each step keeps part of what the
+   one before kept, renormalised; top-p after top-k passes topp of what top-k
+   kept (so top-k 2 with top-p 0.6 keeps token 1 alone: 0.5 / 0.75 > 0.6, where
+   top-p 0.6 alone keeps 1 and 3). */
+static void test_top_k_min_p(void) {
+    const float probs[4] = {0.1f, 0.5f, 0.15f, 0.25f};
+    ProbIndex scratch[4];
+    static const struct {
+        int topk;
+        float topp, minp;
+        double want[4];
+        const char *why;
+    } cases[] = {
+        {2, 0, 0, {0, 2 / 3.0, 0, 1 / 3.0}, "top-k 2: tokens 1 and 3, 0.5 and 0.25 over 0.75"},
+        {3, 0, 0, {0, .5 / .9, .15 / .9, .25 / .9}, "top-k 3: tokens 1, 3, 2 over 0.9"},
+        {1, 0, 0, {0, 1, 0, 0}, "top-k 1: the likeliest"},
+        {4, 0, 0, {.1, .5, .15, .25}, "top-k = vocabulary: off"},
+        {2, 0.6f, 0, {0, 1, 0, 0}, "top-k 2, top-p 0.6: 0.5 / 0.75 passes 0.6 alone"},
+        {3, 0.8f, 0, {0, 2 / 3.0, 0, 1 / 3.0}, "top-k 3, top-p 0.8: 0.5 / 0.9 + 0.25 / 0.9 passes 0.8 (top-p alone keeps 3)"},
+        {0, 0.8f, 0, {0, .5 / .9, .15 / .9, .25 / .9}, "top-p 0.8 alone: 0.5 + 0.25 + 0.15"},
+        {0, 0, 0.4f, {0, 2 / 3.0, 0, 1 / 3.0}, "min-p 0.4: at least 0.2"},
+        {0, 0, 0.25f, {0, .5 / .9, .15 / .9, .25 / .9}, "min-p 0.25: at least 0.125"},
+        {0, 0, 1, {0, 1, 0, 0}, "min-p 1: the likeliest"},
+        {0, 0.7f, 0.6f, {0, 1, 0, 0}, "top-p 0.7 keeps 1 and 3, then min-p 0.6 (at least 0.3) token 1"},
+        {0, 0.95f, 0.25f, {0, .5 / .9, .15 / .9, .25 / .9}, "top-p 0.95 keeps all, min-p 0.25 drops token 0"},
+        {3, 0, 0.4f, {0, 2 / 3.0, 0, 1 / 3.0}, "top-k 3 then min-p 0.4"},
+        {3, 0.99f, 0.25f, {0, .5 / .9, .15 / .9, .25 / .9}, "top-k 3, top-p 0.99, min-p 0.25"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        Sampler s = {.vocab_size = 4, .temperature = 1.0f, .topk = cases[c].topk, .topp = cases[c].topp,
+                     .minp = cases[c].minp, .probindex = scratch};
+        double shares[4], diff = 0;
+        coin_shares(&s, probs, shares);
+        for (int i = 0; i < 4; i++) diff = fabs(shares[i] - cases[c].want[i]) > diff ? fabs(shares[i] - cases[c].want[i]) : diff;
+        check(diff < 2e-4,
+              "%s: shares %.4f %.4f %.4f %.4f, want %.4f %.4f %.4f %.4f", cases[c].why, shares[0], shares[1], shares[2],
+              shares[3], cases[c].want[0], cases[c].want[1], cases[c].want[2], cases[c].want[3]);
+    }
+}
+
+/* The presence penalty against its definition: softmax((logits - penalty x
+   [token in the answer]) / temperature), a token of the answer penalised once
+   however often it came; truncate_answer() takes tokens back; greedy picks by
+   the penalised logits; no penalty records nothing. */
+static void test_presence_penalty(void) {
+    enum { V = 8 };
+    const float logits[V] = {0.5f, 2.0f, 1.5f, -1.0f, 0.0f, 2.5f, 1.0f, -0.5f};
+    ProbIndex scratch[V];
+    float probs[V];
+    double want[V];
+    const float penalties[2] = {1.5f, -0.75f};
+    for (int k = 0; k < 2; k++) {
+        Sampler s = {.vocab_size = V, .temperature = 0.8f, .presence_penalty = penalties[k], .probindex = scratch,
+                     .softmax = softmax};
+        add_to_answer(&s, 5), add_to_answer(&s, 2), add_to_answer(&s, 5), add_to_answer(&s, 2);
+        for (int back = 0; back < 2; back++) {
+            if (back) truncate_answer(&s, 1); /* the answer is back to its first token, 5 */
+            double sum = 0;
+            for (int i = 0; i < V; i++) {
+                int in_answer = i == 5 || (i == 2 && !back);
+                want[i] = exp(((double)logits[i] - (in_answer ? penalties[k] : 0)) / 0.8);
+                sum += want[i];
+            }
+            for (int i = 0; i < V; i++) want[i] /= sum;
+            memcpy(probs, logits, sizeof probs);
+            sampling_distribution(&s, probs);
+            check(s.n_answer == 2 - back && max_abs_diff(probs, want, V) < 1e-6,
+                  "presence penalty %g, answer {5%s}: the distribution is softmax((logits - penalty) / t)", penalties[k],
+                  back ? "" : ", 2");
+        }
+        free_answer(&s);
+    }
+    float greedy_logits[3] = {1.0f, 3.0f, 2.5f};
+    Sampler greedy = {.vocab_size = 3, .presence_penalty = 1.0f, .probindex = scratch, .softmax = softmax};
+    add_to_answer(&greedy, 1);
+    check(sample(&greedy, greedy_logits) == 2, "greedy with a presence penalty: 3 - 1 < 2.5, so token 2");
+    free_answer(&greedy);
+    Sampler off = {.vocab_size = 3, .probindex = scratch, .softmax = softmax};
+    add_to_answer(&off, 1);
+    check(off.n_answer == 0 && !off.in_answer, "no presence penalty: the answer is not recorded");
+}
+
+/* The distribution each sampler setting leaves, in double from the
+   definitions: penalty, temperature, softmax, then top-k, top-p over what
+   top-k kept (renormalised), min-p by the ratio to the likeliest. */
+static void reference_distribution(const float *logits, int n, const int *answer, int n_answer, float penalty,
+                                   float temperature, int topk, float topp, float minp, double *out) {
+    double *l = malloc(n * sizeof(double)), max = -INFINITY, sum = 0;
+    int *order = malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) l[i] = logits[i];
+    for (int i = 0; i < n_answer; i++) {
+        int seen_before = 0;
+        for (int j = 0; j < i; j++) seen_before |= answer[j] == answer[i];
+        if (!seen_before) l[answer[i]] -= penalty;
+    }
+    for (int i = 0; i < n; i++) max = fmax(max, l[i] / temperature);
+    for (int i = 0; i < n; i++) sum += out[i] = exp(l[i] / temperature - max);
+    for (int i = 0; i < n; i++) out[i] /= sum, order[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort: most likely first, equal ones by index */
+        for (int j = i; j > 0 && out[order[j]] > out[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    int kept = topk > 0 && topk < n ? topk : n;
+    if (topp > 0 && topp < 1) {
+        double mass = 0, cumulative = 0;
+        for (int i = 0; i < kept; i++) mass += out[order[i]];
+        for (int i = 0; i < kept; i++)
+            if ((cumulative += out[order[i]]) / mass > topp) {
+                kept = i + 1;
+                break;
+            }
+    }
+    if (minp > 0)
+        for (int i = 1; i < kept; i++)
+            if (out[order[i]] < minp * out[order[0]]) {
+                kept = i;
+                break;
+            }
+    double total = 0;
+    for (int i = 0; i < kept; i++) total += out[order[i]];
+    for (int i = kept; i < n; i++) out[order[i]] = 0;
+    for (int i = 0; i < kept; i++) out[order[i]] /= total;
+    free(l), free(order);
+}
+
+/* sampling_distribution() against the definitions on random logits over 1000
+   tokens, each setting alone and mixed; then sample() itself: 200000 draws
+   with a fixed seed over 40 tokens must fit the reference distribution (a
+   chi-square test at significance 0.001; a token outside its support fails
+   at once). A wrong order (top-p on all tokens, min-p before top-p) or a
+   missing renormalisation changes the support, and the penalty applied twice
+   or not at all moves the shares far past the test's bounds. */
+static void test_sampler_distributions(void) {
+    enum { V = 1000 };
+    seek_random(90000000);
+    float *logits = random_tensor(V, 4.0f, 0.0f), probs[V];
+    double want[V];
+    ProbIndex *scratch = malloc(V * sizeof(ProbIndex));
+    const int answer[5] = {7, 300, 7, 999, 42};
+    static const struct {
+        int topk;
+        float topp, minp, penalty, temperature;
+    } settings[] = {
+        {50, 0, 0, 0, 1.0f},      {50, 0.9f, 0, 0, 0.7f},    {0, 0, 0.1f, 0, 0.7f},     {0, 0.9f, 0.2f, 0, 1.3f},
+        {100, 0.8f, 0.05f, 0, 1}, {20, 0.95f, 0, 1.5f, 0.6f}, {0, 0, 0, -1.0f, 1.0f}, {3, 0.5f, 0.5f, 2.0f, 2.0f},
+    };
+    for (size_t k = 0; k < sizeof settings / sizeof *settings; k++) {
+        Sampler s = {.vocab_size = V, .temperature = settings[k].temperature, .topp = settings[k].topp,
+                     .topk = settings[k].topk, .minp = settings[k].minp, .presence_penalty = settings[k].penalty,
+                     .probindex = scratch, .softmax = softmax};
+        for (int i = 0; i < 5; i++) add_to_answer(&s, answer[i]);
+        memcpy(probs, logits, sizeof probs);
+        sampling_distribution(&s, probs);
+        reference_distribution(logits, V, answer, 5, settings[k].penalty, settings[k].temperature, settings[k].topk,
+                               settings[k].topp, settings[k].minp, want);
+        check(max_abs_diff(probs, want, V) < 1e-6,
+              "sampling_distribution, top-k %d top-p %g min-p %g penalty %g t %g: the definitions' distribution "
+              "(largest difference %g)", settings[k].topk, settings[k].topp, settings[k].minp, settings[k].penalty,
+              settings[k].temperature, max_abs_diff(probs, want, V));
+        free_answer(&s);
+    }
+
+    enum { SMALL = 40, DRAWS = 200000 };
+    Sampler s = {.vocab_size = SMALL, .temperature = 0.9f, .topk = 12, .topp = 0.9f, .minp = 0.05f,
+                 .presence_penalty = 0.8f, .rng_state = 2024, .probindex = scratch, .softmax = softmax};
+    int small_answer[3], counts[SMALL] = {0}, outside = 0;
+    small_answer[0] = sample_argmax(logits, SMALL), small_answer[1] = 5, small_answer[2] = 17; /* the likeliest, two more */
+    for (int i = 0; i < 3; i++) add_to_answer(&s, small_answer[i]);
+    reference_distribution(logits, SMALL, small_answer, 3, 0.8f, 0.9f, 12, 0.9f, 0.05f, want);
+    for (int d = 0; d < DRAWS; d++) {
+        memcpy(probs, logits, SMALL * sizeof(float));
+        counts[sample(&s, probs)]++;
+    }
+    double chi2 = 0;
+    int support = 0;
+    for (int i = 0; i < SMALL; i++) {
+        if (want[i] == 0) {
+            outside += counts[i];
+            continue;
+        }
+        double expected = want[i] * DRAWS;
+        chi2 += (counts[i] - expected) * (counts[i] - expected) / expected;
+        support++;
+    }
+    int df = support - 1;
+    double h = 2.0 / (9.0 * df), critical = df * pow(1 - h + 3.09 * sqrt(h), 3);
+    check(outside == 0 && support >= 4 && chi2 < critical,
+          "sample(), top-k 12, top-p 0.9, min-p 0.05, penalty 0.8: %d draws outside the support of %d tokens, "
+          "chi2 %.1f with %d degrees of freedom (critical %.1f)", outside, support, chi2, df, critical);
+    printf("sampler distribution: %d tokens kept, chi2 %.1f (df %d, critical %.1f)\n", support, chi2, df, critical);
+    free_answer(&s);
+    free(logits), free(scratch);
+}
+
+static int by_prob_then_index(const void *a, const void *b) {
+    const ProbIndex *x = a, *y = b;
+    if (x->prob > y->prob) return -1;
+    if (x->prob < y->prob) return 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* top_k() on a vocabulary of Qwen3's size, with ties: the k first of a full
+   sort by probability (higher first), then index (lower first). */
+static void test_top_k_large(void) {
+    enum { V = 151936 };
+    seek_random(91000000);
+    float *probs = malloc(V * sizeof(float));
+    for (int i = 0; i < V; i++) probs[i] = (float)(int)((lcg_uniform() + 1) * 500) / (1000.0f * V); /* 1000 levels: ties */
+    ProbIndex *all = malloc(V * sizeof(ProbIndex)), *top = malloc(V * sizeof(ProbIndex));
+    for (int i = 0; i < V; i++) all[i] = (ProbIndex){probs[i], i};
+    qsort(all, V, sizeof(ProbIndex), by_prob_then_index);
+    static const int ks[] = {1, 20, 1000, V - 1};
+    for (size_t j = 0; j < sizeof ks / sizeof *ks; j++) {
+        float total;
+        int m = top_k(probs, V, ks[j], top, &total), same = m == ks[j];
+        for (int i = 0; i < m && same; i++) same = top[i].index == all[i].index && top[i].prob == all[i].prob;
+        check(same, "top_k %d of %d: the first of a full sort, equal ones by index", ks[j], V);
+    }
+    free(probs), free(all), free(top);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -2580,11 +2813,12 @@ static void test_chat_stdin_closed(const char *model, const char *tokenizer) {
 /* Draws `n` samples of the tokens at positions 2 and 3 (the first ones a draft
    proposes: position 1 comes from the prompt's pass), one seed each, with the
    decoder d (no draft: plain sampling). */
-static void sample_second_tokens(Model *m, Decoder *d, float temperature, float topp, int n, int *counts2, int *counts3) {
+static void sample_second_tokens(Model *m, Decoder *d, Sampler s, int n, int *counts2, int *counts3) {
     int vocab = m->ck.config.vocab_size;
-    Sampler s = {vocab, temperature, topp, 0, malloc(vocab * sizeof(ProbIndex)), softmax};
+    s.probindex = malloc(vocab * sizeof(ProbIndex));
     for (int seed = 1; seed <= n; seed++) {
         s.rng_state = (uint64_t)seed;
+        truncate_answer(&s, 0);
         d->seq.n = 0;
         d->draft_pos = 0;
         int prompt[1] = {BOS_ID}, next[MAX_DRAFT + 1];
@@ -2599,6 +2833,7 @@ static void sample_second_tokens(Model *m, Decoder *d, float temperature, float 
         counts3[d->seq.ids[3]]++;
     }
     free(s.probindex);
+    free_answer(&s);
 }
 
 /* Two-sample chi-square: do counts a and b (n draws each) come from one
@@ -2625,46 +2860,68 @@ static int same_distribution(const int *a, const int *b, int cells, double *chi2
 /* Speculative sampling keeps the model's distribution: the tokens drawn with
    a draft model (another random model of the same vocabulary, so its guesses
    are often wrong) and without one agree, by a chi-square test; with and
-   without top-p. */
+   without top-p, and with top-k, min-p and a presence penalty (the answer then
+   holds the tokens before, drafted ones included). With the penalty, also a
+   draft that is the model itself: its distribution, the answer so far and its
+   own guesses included, is then the model's, so every drafted token is kept
+   (the rule's accepting branch, each kept token in the answer before the next
+   draw). */
 static void test_speculative_sampling(void) {
     seek_random(5145397);
     TinyModel target = tiny_model(1, 16), other = tiny_model(1, 16);
     Buffer tb = write_checkpoint(&target, 1, 0, 0, 0), ob = write_checkpoint(&other, 1, 0, 0, 0);
     char *target_path = write_temp(tb.data, tb.n), *draft_path = write_temp(ob.data, ob.n);
-    Model m, dm;
+    Model m, dm, self;
     open_checkpoint(&m.ck, target_path);
     open_checkpoint(&dm.ck, draft_path);
+    open_checkpoint(&self.ck, target_path);
     start_compute(1);
     start_model(&m, 16, 0, CACHE_FP32, 1);
     start_model(&dm, 16, 0, CACHE_FP32, 0);
+    start_model(&self, 16, 0, CACHE_FP32, 0);
     int vocab = target.vocab;
-    Decoder plain = {0}, speculative = {.draft = &dm, .max_draft = 3};
-    speculative.logits = malloc(4 * vocab * sizeof(float));
-    speculative.draft_probs = malloc(3 * vocab * sizeof(float));
-    float topps[2] = {0.0f, 0.9f};
-    for (int i = 0; i < 2; i++) {
+    Decoder plain = {0}, speculative = {.draft = &dm, .max_draft = 3}, mirrored = {.draft = &self, .max_draft = 3};
+    speculative.logits = malloc(4 * vocab * sizeof(float)), mirrored.logits = malloc(4 * vocab * sizeof(float));
+    speculative.draft_probs = malloc(3 * vocab * sizeof(float)), mirrored.draft_probs = malloc(3 * vocab * sizeof(float));
+    const Sampler penalised = {.vocab_size = vocab, .temperature = 1.5f, .topp = 0.95f, .topk = 20, .minp = 0.02f,
+                               .presence_penalty = 2.0f, .softmax = softmax};
+    const Sampler settings[4] = {
+        {.vocab_size = vocab, .temperature = 1.0f, .softmax = softmax},
+        {.vocab_size = vocab, .temperature = 1.0f, .topp = 0.9f, .softmax = softmax},
+        penalised,
+        penalised,
+    };
+    const char *names[4] = {"no top-p", "top-p 0.9", "t 1.5, top-k 20, top-p 0.95, min-p 0.02, penalty 2",
+                            "the same, the model as its own draft"};
+    for (int i = 0; i < 4; i++) {
         enum { DRAWS = 20000 };
         int with2[64] = {0}, with3[64] = {0}, without2[64] = {0}, without3[64] = {0};
-        speculative.drafted = speculative.accepted = 0;
-        sample_second_tokens(&m, &speculative, 1.0f, topps[i], DRAWS, with2, with3);
-        sample_second_tokens(&m, &plain, 1.0f, topps[i], DRAWS, without2, without3);
+        Decoder *d = i == 3 ? &mirrored : &speculative;
+        d->drafted = d->accepted = 0;
+        sample_second_tokens(&m, d, settings[i], DRAWS, with2, with3);
+        sample_second_tokens(&m, &plain, settings[i], DRAWS, without2, without3);
         double chi2;
         int df;
         int ok2 = same_distribution(with2, without2, vocab, &chi2, &df);
-        check(ok2, "speculative sampling, top-p %g: position 2's tokens, chi2 %.1f with %d degrees of freedom", topps[i], chi2, df);
-        printf("speculative sampling, top-p %g: position 2 chi2 %.1f (df %d)", topps[i], chi2, df);
+        check(ok2, "speculative sampling, %s: position 2's tokens, chi2 %.1f with %d degrees of freedom", names[i], chi2, df);
+        printf("speculative sampling, %s: position 2 chi2 %.1f (df %d)", names[i], chi2, df);
         int ok3 = same_distribution(with3, without3, vocab, &chi2, &df);
-        check(ok3, "speculative sampling, top-p %g: position 3's tokens, chi2 %.1f with %d degrees of freedom", topps[i], chi2, df);
-        printf(", position 3 chi2 %.1f (df %d); %ld of %ld drafted tokens accepted\n", chi2, df, speculative.accepted,
-               speculative.drafted);
-        check(speculative.accepted > 0 && speculative.accepted < speculative.drafted,
-              "the draft is right only sometimes (%ld of %ld), so both branches of the rule ran", speculative.accepted,
-              speculative.drafted);
+        check(ok3, "speculative sampling, %s: position 3's tokens, chi2 %.1f with %d degrees of freedom", names[i], chi2, df);
+        printf(", position 3 chi2 %.1f (df %d); %ld of %ld drafted tokens accepted\n", chi2, df, d->accepted, d->drafted);
+        if (i < 3)
+            check(d->accepted > 0 && d->accepted < d->drafted,
+                  "the draft is right only sometimes (%ld of %ld), so both branches of the rule ran", d->accepted,
+                  d->drafted);
+        else
+            check(d->drafted > 0 && d->accepted == d->drafted,
+                  "the model as its own draft, with a presence penalty: every drafted token kept (%ld of %ld)",
+                  d->accepted, d->drafted);
     }
     free(plain.seq.ids), free(speculative.seq.ids), free(speculative.logits), free(speculative.draft_probs);
-    stop_model(&dm), stop_model(&m);
+    free(mirrored.seq.ids), free(mirrored.logits), free(mirrored.draft_probs);
+    stop_model(&self), stop_model(&dm), stop_model(&m);
     stop_compute();
-    close_checkpoint(&dm.ck), close_checkpoint(&m.ck);
+    close_checkpoint(&self.ck), close_checkpoint(&dm.ck), close_checkpoint(&m.ck);
     unlink(target_path), unlink(draft_path), free(target_path), free(draft_path), free(tb.data), free(ob.data);
     free_tiny(&target), free_tiny(&other);
 }
@@ -2683,7 +2940,8 @@ static void test_draft_stops_when_unsure(void) {
     int vocab = dm.ck.config.vocab_size;
     RunState replay;
     init_run_state(&replay, &dm.ck.config, 256, 0, CACHE_FP32);
-    Sampler greedy = {vocab, 0.0f, 0.9f, 1, malloc(vocab * sizeof(ProbIndex)), softmax};
+    Sampler greedy = {.vocab_size = vocab, .topp = 0.9f, .rng_state = 1, .probindex = malloc(vocab * sizeof(ProbIndex)),
+                      .softmax = softmax};
     Decoder d = {.draft = &dm, .max_draft = LIMIT};
     d.draft_probs = malloc((size_t)LIMIT * vocab * sizeof(float));
     float *probs = malloc(vocab * sizeof(float));
@@ -2851,8 +3109,8 @@ static double check_shifted_cache(const char *what, Model *m, const int *tokens,
    every token. */
 static void decode_with_shifts(const char *what, Model *m, Decoder *d, const int *prompt, int n_prompt, int total,
                                TokenList *history) {
-    Sampler greedy = {m->ck.config.vocab_size, 0.0f, 0.9f, 1, malloc(m->ck.config.vocab_size * sizeof(ProbIndex)),
-                      softmax};
+    Sampler greedy = {.vocab_size = m->ck.config.vocab_size, .topp = 0.9f, .rng_state = 1,
+                      .probindex = malloc(m->ck.config.vocab_size * sizeof(ProbIndex)), .softmax = softmax};
     int n_pos = m->state.n_pos, rule_kept = 1, context_ok = 1;
     d->seq.n = 0, d->draft_pos = 0, d->dropped = 0, d->shifts = 0, d->n_keep = n_prompt;
     history->n = 0;
@@ -3107,21 +3365,23 @@ static void test_tokenize_mode(const char *model, const char *tokenizer) {
    pairs, UTF-8 as it is, numbers, white space; the defaults fill what a line
    leaves out; a blank line is no request. */
 static void test_json_reader(void) {
-    Request defaults = {.n = 7, .seed = 3, .temperature = 0.5f, .topp = 0.25f}, q;
+    Request defaults = {.n = 7, .seed = 3, .temperature = 0.5f, .topp = 0.25f, .topk = 5, .minp = 0.1f,
+                        .presence_penalty = 0.5f}, q;
     char out[512];
     const char *line = " {\"prompt\" : \"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\u20AC\\ud83d\\ude00 \xc3\xa9\xe2\x82\xac\" ,"
                        "\"n\":12,\"temperature\":1.5e0,\"topp\":0,\"seed\":9007199254740993,\"id\":\"q\\u0031\","
-                       "\"system\":\"\"}\r";
+                       "\"system\":\"\",\"topk\":20,\"minp\":0.05,\"presence_penalty\":-1.5}\r";
     int ok = parse_request("test", 4, line, strlen(line), out, &q, &defaults);
     const char *want = "a\"b\\c/d\b\f\n\r\t\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 \xc3\xa9\xe2\x82\xac";
     check(ok && strcmp(q.prompt, want) == 0 && q.n == 12 && q.temperature == 1.5f && q.topp == 0 &&
               q.seed == 9007199254740993LL && q.has_id && q.id && strcmp(q.id, "q1") == 0 && q.system &&
-              q.system[0] == '\0' && q.line == 4,
-          "JSON reader: every escape, a surrogate pair, raw UTF-8, numbers, an id string, an empty system");
+              q.system[0] == '\0' && q.line == 4 && q.topk == 20 && q.minp == 0.05f && q.presence_penalty == -1.5f,
+          "JSON reader: every escape, a surrogate pair, raw UTF-8, numbers, an id string, an empty system, the samplers");
     line = "{\"id\": -17, \"prompt\": \"\"}";
     ok = parse_request("test", 1, line, strlen(line), out, &q, &defaults);
     check(ok && q.has_id && !q.id && q.id_number == -17 && q.prompt[0] == '\0' && q.n == 7 && q.seed == 3 &&
-              q.temperature == 0.5f && q.topp == 0.25f && !q.system,
+              q.temperature == 0.5f && q.topp == 0.25f && !q.system && q.topk == 5 && q.minp == 0.1f &&
+              q.presence_penalty == 0.5f,
           "JSON reader: an integer id; the fields left out are the command line's");
     check(parse_request("test", 2, " \t\r", 3, out, &q, &defaults) == 0 && parse_request("test", 3, "", 0, out, &q, &defaults) == 0,
           "JSON reader: a blank line is not a request");
@@ -3155,6 +3415,13 @@ static void test_batch_bad_lines(const char *model, const char *tokenizer) {
         {"{\"prompt\": \"1\", \"seed\": 1e3}", "\"seed\": expected an integer"},
         {"{\"prompt\": \"1\", \"seed\": 99999999999999999999}", "\"seed\": 99999999999999999999 is out of range"},
         {"{\"prompt\": \"1\", \"topp\": 2}", "\"topp\": 2 is out of range"},
+        {"{\"prompt\": \"1\", \"topk\": 1.5}", "\"topk\": expected an integer"},
+        {"{\"prompt\": \"1\", \"topk\": -1}", "\"topk\": -1 is out of range"},
+        {"{\"prompt\": \"1\", \"minp\": 2}", "\"minp\": 2 is out of range"},
+        {"{\"prompt\": \"1\", \"presence_penalty\": -3}", "\"presence_penalty\": -3 is out of range"},
+        {"{\"prompt\": \"1\", \"presence_penalty\": \"1\"}", "\"presence_penalty\": expected a number, found a string"},
+        {"{\"prompt\": \"1\", \"top_k\": 1}", "unknown field \"top_k\""},
+        {"{\"prompt\": \"1\", \"topk\": 1, \"topk\": 2}", "\"topk\" appears twice"},
         {"{\"prompt\": \"1\", \"temperature\": \"1\"}", "\"temperature\": expected a number, found a string"},
         {"{\"prompt\": \"1\", \"temperature\": 1e999}", "\"temperature\": 1e999 is out of range"},
         {"{\"prompt\": \"1\", \"temperature\": 01}", "expected ',' or '}' after \"temperature\""},
@@ -3279,14 +3546,14 @@ static char *printed_prompt(const Tokenizer *tok, const char *prompt) {
 typedef struct {
     char prompt[2048];
     const char *system; /* NULL: none */
-    int n, seed;
-    float temperature, topp;
+    int n, seed, topk;
+    float temperature, topp, minp, presence_penalty;
 } BatchPrompt;
 
 /* Random prompts of the tokenizer's words: a third of them start with the same
    run of common_words words (a shared prefix, longer than a block), some have a
    system prompt; random n (0: up to the context, 1: one token), temperature,
-   top-p and seed. */
+   top-p, top-k, min-p, presence penalty and seed. */
 static void random_batch(BatchPrompt *p, int count, const char *const *words, int n_words, int with_system,
                          int common_words) {
     char common[1024] = "";
@@ -3308,6 +3575,11 @@ static void random_batch(BatchPrompt *p, int count, const char *const *words, in
         p[k].temperature = temperatures[(lcg_state >> 8) % 3];
         p[k].topp = topps[(lcg_state >> 16) % 3];
         p[k].seed = 1 + (int)((lcg_state >> 24) % 1000);
+        static const int topks[] = {0, 0, 3, 40}; /* from bits no other choice uses: the same prompts as before */
+        static const float minps[] = {0, 0.05f, 0.3f}, penalties[] = {0, 1.5f, -0.5f};
+        p[k].topk = topks[(lcg_state >> 48) % 4];
+        p[k].minp = minps[(lcg_state >> 52) % 3];
+        p[k].presence_penalty = penalties[(lcg_state >> 56) % 3];
         p[k].system = with_system && (lcg_state >> 40) % 5 == 0 ? ((lcg_state >> 44) % 2 ? "Be kind." : "") : NULL;
         if (p[k].system && !p[k].prompt[0]) strcat(p[k].prompt, words[0]); /* chat reads an empty -i from stdin */
     }
@@ -3351,8 +3623,9 @@ static void batch_against_single_runs(const char *what, const char *const models
                 }
                 escaped[e] = '\0';
                 int n = snprintf(line, sizeof line, "{\"prompt\": \"%s\", \"n\": %d, \"temperature\": %g, \"topp\": %g, "
-                                 "\"seed\": %d%s%s%s}\n", escaped, prompts[k].n, prompts[k].temperature, prompts[k].topp,
-                                 prompts[k].seed, prompts[k].system ? ", \"system\": \"" : "",
+                                 "\"topk\": %d, \"minp\": %g, \"presence_penalty\": %g, \"seed\": %d%s%s%s}\n", escaped,
+                                 prompts[k].n, prompts[k].temperature, prompts[k].topp, prompts[k].topk, prompts[k].minp,
+                                 prompts[k].presence_penalty, prompts[k].seed, prompts[k].system ? ", \"system\": \"" : "",
                                  prompts[k].system ? prompts[k].system : "", prompts[k].system ? "\"" : "");
                 put(&file, line, n);
                 TokenList ids = {0};
@@ -3391,22 +3664,24 @@ static void batch_against_single_runs(const char *what, const char *const models
                 char *text = line ? result_text(line, &len) : NULL;
                 int n_prompt = line && strstr(line, "\"prompt_tokens\":") ? atoi(strstr(line, "\"prompt_tokens\":") + 16) : 0;
                 int stopped = line && strstr(line, "\"finish_reason\":\"stop\"");
-                char steps[16], t[16], topp[16], seed[16];
+                char steps[16], t[16], topp[16], topk[16], minp[16], penalty[16], seed[16];
                 snprintf(t, sizeof t, "%g", q->temperature), snprintf(topp, sizeof topp, "%g", q->topp);
+                snprintf(topk, sizeof topk, "%d", q->topk), snprintf(minp, sizeof minp, "%g", q->minp);
+                snprintf(penalty, sizeof penalty, "%g", q->presence_penalty);
                 snprintf(seed, sizeof seed, "%d", q->seed);
                 if (!text) {
                     same = 0;
                 } else if (q->system) { /* chat: "Assistant: ", the answer, "\n", then "User: " and "\n" at the end of stdin */
                     run_args(&single, NULL, model, "-z", tokenizer, "-m", "chat", "-y", q->system, "-i", q->prompt, "-n",
-                             "0", "-t", t, "-p", topp, "-s", seed, "-c", cache, NULL);
+                             "0", "-t", t, "-p", topp, "-K", topk, "-M", minp, "-P", penalty, "-s", seed, "-c", cache, NULL);
                     const char *answer = single.out + 11;
                     same = strncmp(single.out, "Assistant: ", 11) == 0 && strncmp(answer, text, len) == 0 &&
                            (!stopped || strcmp(answer + len, "\nUser: \n") == 0);
 
                 } else { /* generate with -n n_prompt - 1 + n: the prompt's pieces, the answer, "\n" */
                     snprintf(steps, sizeof steps, "%d", q->n == 0 ? 0 : n_prompt - 1 + q->n);
-                    run_args(&single, NULL, model, "-z", tokenizer, "-n", steps, "-t", t, "-p", topp, "-s", seed,
-                             "-c", cache, "-i", q->prompt, NULL);
+                    run_args(&single, NULL, model, "-z", tokenizer, "-n", steps, "-t", t, "-p", topp, "-K", topk, "-M", minp,
+                             "-P", penalty, "-s", seed, "-c", cache, "-i", q->prompt, NULL);
                     char *head = printed_prompt(&tok, q->prompt);
                     size_t head_len = strlen(head);
                     same = strlen(single.out) == head_len + len + 1 && strncmp(single.out, head, head_len) == 0 &&
@@ -3588,11 +3863,13 @@ static void test_flags(const char *model, const char *tokenizer) {
         {"-tt", "1"}, {"-n", "99999999999"}, {"-c", "int4"}, {"-c", "FP32"},
         /* from a code audit: strtof/strtoll skip leading white space, so " 5" passed as 5 */
         {"-n", " 5"}, {"-t", " 1"}, {"-s", "\t3"}, {"-p", "\n0.5"}, {"-j", " 1"},
+        {"-K", "-1"}, {"-K", "2.5"}, {"-K", "ten"}, {"-K", "3000000000"}, {"-M", "1.5"}, {"-M", "-0.1"}, {"-M", "nan"},
+        {"-P", "3"}, {"-P", "-2.5"}, {"-P", "abc"}, {"-P", "inf"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         RunResult r;
         run_args(&r, NULL, model, "-z", tokenizer, bad[i][0], bad[i][1], NULL);
-        check(r.status == 1 && strstr(r.err, "usage:") && strstr(r.err, bad[i][0]),
+        check(r.status == 1 && strstr(r.err, "usage:") && strstr(r.err, bad[i][0]) && single_line(r.err),
               "bad flag %s '%s': want exit 1 with the usage line, got %d: %s", bad[i][0], bad[i][1], r.status, r.err);
     }
     RunResult r;
@@ -3823,6 +4100,10 @@ int main(void) {
     /* sampler */
     test_rng();
     test_sampler();
+    test_top_k_min_p();
+    test_presence_penalty();
+    test_sampler_distributions();
+    test_top_k_large();
 
     /* kernel sets and batching */
     test_kernel_sets();

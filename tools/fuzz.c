@@ -255,7 +255,10 @@ static void exercise_model(const uint8_t *data, size_t size) {
        whatever the model computes (NaN, infinities) */
     init_run_state(&s, c, c->seq_len, 0, size % 2 ? CACHE_INT8 : CACHE_FP32);
     init_batch(&b, c, &s, 1, 0);
-    Sampler sampler = {c->vocab_size, 1.0f, 0.9f, 42, xmalloc((size_t)c->vocab_size * sizeof(ProbIndex)), softmax};
+    /* the other samplers on by the input's length too: top-k, min-p, the presence penalty */
+    Sampler sampler = {.vocab_size = c->vocab_size, .temperature = 1.0f, .topp = 0.9f, .topk = (int)(size % 7),
+                       .minp = size % 3 ? 0.05f : 0.0f, .presence_penalty = size % 5 ? 1.5f : 0.0f, .rng_state = 42,
+                       .probindex = xmalloc((size_t)c->vocab_size * sizeof(ProbIndex)), .softmax = softmax};
     int tokens[3] = {BOS_ID, 0, 0};
     for (int i = 1; i < 3; i++) tokens[i] = size > (size_t)i ? data[size - i] % c->vocab_size : 0;
     int n = c->seq_len < 3 ? c->seq_len : 3;
@@ -266,11 +269,13 @@ static void exercise_model(const uint8_t *data, size_t size) {
     int next = sample(&sampler, logits);
     if (next < 0 || next >= c->vocab_size) harness_abort("sampled token %d of %d", next, c->vocab_size);
     for (int pos = n; pos < c->seq_len && pos < n + 2; pos++) {
+        add_to_answer(&sampler, next);
         sampler.temperature = pos % 2 ? 0.0f : 0.8f;
         next = sample(&sampler, forward(&ck, &s, next, pos));
         if (next < 0 || next >= c->vocab_size) harness_abort("sampled token %d of %d", next, c->vocab_size);
     }
     free(sampler.probindex);
+    free_answer(&sampler);
     free_batch(&b);
     free_run_state(&s);
 }
