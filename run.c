@@ -4934,7 +4934,7 @@ static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, c
             sample(sampler, end_chatml_answer(m, d, tok, role_start, answer_start, run));
         } else {
             TokenList end = {0};
-            append_ids(&end, d->seq.ids + run, d->seq.n - run);
+            if (run < d->seq.n) append_ids(&end, d->seq.ids + run, 1);
             append_ids(&end, &end_of_answer, 1);
             if (tok->chat == CHATML) append_text(&end, tok, "\n", 1);
             d->seq.n = run;
@@ -5621,7 +5621,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
     for (int i = 0; i < n_requests; i++)
         if (requests[i].system && tok->kind == BYTE_LEVEL_BPE && !has_chat_tokens(tok))
             fail("-f %s: line %d: \"system\": the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, "
-                 "<|eot_id|>)", o->prompt_file, requests[i].line);
+                 "<|eot_id|> or <|im_start|>, <|im_end|>)", o->prompt_file, requests[i].line);
 
     /* the sequences: their tokens, limits and samplers; a prompt longer than the context gets its error now */
     static const int sentencepiece_end = EOS_ID;
