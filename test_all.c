@@ -2583,6 +2583,17 @@ static void test_qwen_chat(const char *python) {
     stop_model(&m);
     stop_compute();
     close_checkpoint(&m.ck);
+    /* through the program: two turns on stdin, thinking on and off, in a
+       context of 64 positions (the random model's answers fill it) */
+    for (int thinking = 1; thinking >= 0; thinking--) {
+        static RunResult r;
+        run_args(&r, "Hi there!\nAnd you?\n", model_path, "-z", out, "-m", "chat", "-y", "Be brief.", "-e",
+                 thinking ? "1" : "0", "-s", "3", NULL);
+        int answers = 0;
+        for (const char *p = r.out; (p = strstr(p, "Assistant: ")); p++) answers++;
+        check(r.status == 0 && answers == 2, "Qwen3 chat of two turns, thinking %s: exit %d, %d answers: %s",
+              thinking ? "on" : "off", r.status, answers, r.err);
+    }
     unlink(model_path), free(model_path), free(b.data);
     free_tiny(&tiny);
     free_tokenizer(&t);
