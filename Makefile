@@ -114,6 +114,7 @@ fuzz_corpus/.done: tools/seeds_for_fuzz.py tokenizer.bin
 	rm -rf fuzz_corpus
 	python3 tools/seeds_for_fuzz.py $(SHARED) fuzz_corpus
 	-$(PYTHON) export.py fuzz_corpus/tokenizer_llama3.bin --tokenizer $(SHARED)/tokenizer/llama3/tokenizer.json
+	-$(PYTHON) export.py fuzz_corpus/tokenizer_qwen3.bin --tokenizer $(SHARED)/tokenizer/qwen3/tokenizer.json
 	touch $@
 
 # new inputs go to fuzz_out/<target>, crashes to fuzz_out/crashes/; stops at the first crash

@@ -4,7 +4,8 @@
 
    The program memory-maps a flat checkpoint (llama2.c's legacy layout, or the
    versioned layouts with a 256-byte header, fp32 or int8), encodes the prompt
-   with a BPE tokenizer (SentencePiece's for Llama 2, byte-level for Llama 3),
+   with a BPE tokenizer (SentencePiece's for Llama 2, byte-level for Llama 3
+   and Qwen),
    and then loops: the model turns one token at one position into logits over
    the vocabulary, the sampler picks the next token, and its text piece is
    printed.
@@ -19,8 +20,8 @@
      exactly what Part I does, bit for bit; the tests check it. `make PLAIN=1`
      (-DRUN_PLAIN) leaves Part II out.
    Part III: generate, chat (speculative decoding optional), perplexity and the
-   command line. An appendix holds the Unicode tables of Llama 3's
-   pre-tokenizer. */
+   command line. An appendix holds the Unicode tables of the byte-level
+   tokenizers: the pre-tokenizer's character classes, and NFC's. */
 
 #include <ctype.h>
 #include <errno.h>
@@ -4541,6 +4542,7 @@ typedef struct {
     long long topk, seed, steps, threads, lookup, max_draft, roll;
     long long batch, pool; /* batch mode: sequences at once, KV pool positions (0: the default) */
     int steps_given; /* perplexity's windows are the whole context unless -n says otherwise */
+    int thinking;    /* -e: Qwen3 chat thinks (1, the default) or not (0) */
     CacheType cache;
 } Options;
 
@@ -4947,16 +4949,54 @@ static void append_message(TokenList *l, const Tokenizer *tok, const char *role,
     free(text);
 }
 
+/* <|im_start|>{role}\n{content}<|im_end|>\n, the content as it is (ChatML as
+   Qwen's template renders it: "{role}\n{content}" is one text to encode). */
+static void append_chatml_message(TokenList *l, const Tokenizer *tok, const char *role, const char *content) {
+    append_ids(l, &tok->turn_start_id, 1);
+    char *text = format_string("%s\n%s", role, content);
+    append_text(l, tok, text, strlen(text));
+    free(text);
+    append_ids(l, &tok->turn_end_id, 1);
+    append_text(l, tok, "\n", 1);
+}
+
+/* The id of the added token with this text (Qwen3's <think>), or -1. */
+static int added_token_id(const Tokenizer *tok, const char *text) {
+    for (int id = tok->first_special; id < tok->vocab_size; id++)
+        if (strcmp(piece_text(tok, id), text) == 0) return id;
+    return -1;
+}
+
 /* The tokens of one user turn, up to where the assistant's answer starts.
    Llama 2: [INST] ... [/INST] (with the system prompt in <<SYS>> on the first
    turn), encoded with BOS. Llama 3: <|begin_of_text|> on the first turn, the
-   system and user messages, then the assistant's header. *n_system (if not
-   NULL) gets how many of the tokens are BOS and the system prompt, which a
+   system and user messages, then the assistant's header. ChatML (Qwen): the
+   system message on the first turn, the user's, then <|im_start|>assistant\n,
+   and with thinking off Qwen3's empty <think>\n\n</think>\n\n. *n_system (if
+   not NULL) gets how many of the tokens are BOS and the system prompt, which a
    context shift keeps. */
-static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_prompt,
-                           const char *user_prompt, int *n_system) {
+static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_prompt, const char *user_prompt,
+                           int thinking, int *n_system) {
     TokenList l = {0};
     int has_system = turn == 0 && system_prompt[0];
+    if (tok->chat == CHATML) {
+        if (n_system) *n_system = 0;
+        if (has_system) {
+            append_chatml_message(&l, tok, "system", system_prompt);
+            if (n_system) *n_system = l.n;
+        }
+        append_chatml_message(&l, tok, "user", user_prompt);
+        append_ids(&l, &tok->turn_start_id, 1);
+        append_text(&l, tok, "assistant\n", strlen("assistant\n"));
+        if (!thinking) {
+            int think = added_token_id(tok, "<think>"), end_think = added_token_id(tok, "</think>");
+            append_ids(&l, &think, 1);
+            append_text(&l, tok, "\n\n", 2);
+            append_ids(&l, &end_think, 1);
+            append_text(&l, tok, "\n\n", 2);
+        }
+        return l;
+    }
     if (n_system) *n_system = turn == 0; /* BOS */
     if (tok->kind == SENTENCEPIECE) {
         char *head = has_system ? format_string("[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s", system_prompt, "")
@@ -4987,17 +5027,69 @@ static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_pr
     return l;
 }
 
+/* An answer as Qwen3's template renders it among earlier turns, from the
+   role on: "assistant\n", the answer's text after its last </think> (and the
+   newlines after that), <|im_end|> and "\n". */
+static TokenList chatml_answer(const Tokenizer *tok, const int *answer, int n) {
+    static const char role[] = "assistant\n";
+    size_t len = strlen(role);
+    for (int i = 0; i < n; i++) len += piece_len(tok, answer[i]);
+    char *text = xmalloc(len + 1), *content = text + strlen(role), *from = content;
+    memcpy(text, role, strlen(role));
+    len = strlen(role);
+    for (int i = 0; i < n; i++) {
+        memcpy(text + len, piece_text(tok, answer[i]), piece_len(tok, answer[i]));
+        len += piece_len(tok, answer[i]);
+    }
+    for (char *p = content; p + 8 <= text + len; p++)
+        if (memcmp(p, "</think>", 8) == 0) from = p + 8;
+    if (from != content)
+        while (from < text + len && *from == '\n') from++;
+    memmove(content, from, text + len - from);
+    len -= from - content;
+    TokenList l = {0};
+    append_text(&l, tok, text, len);
+    append_ids(&l, &tok->turn_end_id, 1);
+    append_text(&l, tok, "\n", 1);
+    free(text);
+    return l;
+}
+
+/* Ends a ChatML answer: from role_start (the token after its <|im_start|>) on,
+   the context becomes chatml_answer()'s tokens, as the template would render
+   the conversation so far. Most are there already; from the first that
+   differs, the cache is rewound and refilled. seq[0..run) has been through
+   the model (a cut answer's last token has not). Returns the last logits. */
+static float *end_chatml_answer(Model *m, Decoder *d, const Tokenizer *tok, int role_start, int answer_start, int run) {
+    TokenList history = chatml_answer(tok, d->seq.ids + answer_start, d->seq.n - answer_start);
+    int same = 0;
+    while (role_start + same < run && same < history.n && d->seq.ids[role_start + same] == history.ids[same]) same++;
+    d->seq.n = role_start + same;
+    float *logits = feed(m, d, history.ids + same, history.n - same);
+    free(history.ids);
+    return logits;
+}
+
+/* Whether a byte-level tokenizer has the tokens of its chat template. */
+static int has_chat_tokens(const Tokenizer *tok) {
+    return tok->turn_start_id >= 0 && tok->turn_end_id >= 0 && (tok->chat == CHATML || tok->end_header_id >= 0);
+}
+
 /* Chat in the model family's template. The assistant answers until EOS
-   (Llama 2) or a stop token such as <|eot_id|> (Llama 3); the end of the answer
-   (EOS, or <|eot_id|>) goes into the context, and every turn continues in the
-   same KV cache. When the context is full, it shifts (shift_context()), keeping
-   BOS and the system prompt; an answer as long as the context is cut there. */
+   (Llama 2) or a stop token such as <|eot_id|> (Llama 3) or <|im_end|>
+   (ChatML); the end of the answer (EOS, <|eot_id|>, or <|im_end|> and "\n")
+   goes into the context, and every turn continues in the same KV cache. A
+   ChatML answer stays in it as Qwen3's template renders earlier turns, without
+   its thinking (end_chatml_answer()). When the context is full, it shifts
+   (shift_context()), keeping BOS and the system prompt; an answer as long as
+   the context is cut there. */
 static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, const char *cli_user_prompt,
-                 const char *cli_system_prompt) {
-    if (tok->kind == BYTE_LEVEL_BPE && (tok->turn_start_id < 0 || tok->end_header_id < 0 || tok->turn_end_id < 0))
-        fail("the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, <|eot_id|>): cannot chat");
+                 const char *cli_system_prompt, int thinking) {
+    if (tok->kind == BYTE_LEVEL_BPE && !has_chat_tokens(tok))
+        fail("the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, <|eot_id|> or <|im_start|>, "
+             "<|im_end|>): cannot chat");
     int end_of_answer = tok->kind == SENTENCEPIECE ? EOS_ID : tok->turn_end_id;
-    /* Llama 2's answer ends at EOS only (as llama2.c's chat); Llama 3's at any stop id */
+    /* Llama 2's answer ends at EOS only (as llama2.c's chat); the others' at any stop id */
     const int *stop_ids = tok->kind == SENTENCEPIECE ? &end_of_answer : tok->stop_ids;
     int n_stop = tok->kind == SENTENCEPIECE ? 1 : tok->n_stop;
     char *system_prompt = NULL;
@@ -5013,13 +5105,16 @@ static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, c
             break;
         }
         int n_system;
-        TokenList prompt = chat_turn(tok, turn, system_prompt, user_prompt, &n_system);
+        TokenList prompt = chat_turn(tok, turn, system_prompt, user_prompt, thinking, &n_system);
         free(user_prompt);
         if (turn == 0) d->n_keep = n_system;
         printf("Assistant: ");
         fflush(stdout);
         truncate_answer(sampler, 0); /* the presence penalty looks at this answer only */
+        int shifts = d->shifts, role = prompt.n; /* ChatML: the answer's role, after the last <|im_start|> */
+        while (role > 0 && prompt.ids[role - 1] != tok->turn_start_id) role--;
         int first = sample(sampler, feed(m, d, prompt.ids, prompt.n)), ended;
+        int answer_start = d->seq.n, role_start = answer_start - (prompt.n - role);
         free(prompt.ids);
         /* an answer is at most as long as the context: past that it could not
            see its own beginning, and a model that never stops would not end */
@@ -5030,13 +5125,20 @@ static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, c
         if (ferror(stdout)) break; /* the reader is gone */
         /* the end of the answer belongs to the context (where the model's stop
            token was); llama2.c draws a token here that it never uses, and so do
-           we, so a seed gives the same chat */
-        if (ended) {
-            sample(sampler, feed(m, d, &end_of_answer, 1));
-        } else { /* cut: its last token was drawn, not yet run; it goes in with the end */
-            fprintf(stderr, "run: the answer reached the context's length (%d tokens); cutting it there\n", longest);
-            int last_and_end[2] = {d->seq.ids[--d->seq.n], end_of_answer};
-            sample(sampler, feed(m, d, last_and_end, 2));
+           we, so a seed gives the same chat. A cut answer's last token was
+           drawn, not yet run; it goes in with the end. */
+        if (!ended) fprintf(stderr, "run: the answer reached the context's length (%d tokens); cutting it there\n", longest);
+        int run = ended ? d->seq.n : d->seq.n - 1;
+        if (tok->chat == CHATML && d->shifts == shifts) {
+            sample(sampler, end_chatml_answer(m, d, tok, role_start, answer_start, run));
+        } else {
+            TokenList end = {0};
+            if (run < d->seq.n) append_ids(&end, d->seq.ids + run, 1);
+            append_ids(&end, &end_of_answer, 1);
+            if (tok->chat == CHATML) append_text(&end, tok, "\n", 1);
+            d->seq.n = run;
+            sample(sampler, feed(m, d, end.ids, end.n));
+            free(end.ids);
         }
     }
     free(system_prompt);
@@ -5728,10 +5830,9 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
         text = end ? end + 1 : NULL;
     }
     for (int i = 0; i < n_requests; i++)
-        if (requests[i].system && tok->kind == BYTE_LEVEL_BPE &&
-            (tok->turn_start_id < 0 || tok->end_header_id < 0 || tok->turn_end_id < 0))
+        if (requests[i].system && tok->kind == BYTE_LEVEL_BPE && !has_chat_tokens(tok))
             fail("-f %s: line %d: \"system\": the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, "
-                 "<|eot_id|>)", o->prompt_file, requests[i].line);
+                 "<|eot_id|> or <|im_start|>, <|im_end|>)", o->prompt_file, requests[i].line);
 
     /* the sequences: their tokens, limits and samplers; a prompt longer than the context gets its error now */
     static const int sentencepiece_end = EOS_ID;
@@ -5745,7 +5846,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
         const Request *q = &requests[i];
         seq->request = q;
         if (q->system) {
-            seq->tokens = chat_turn(tok, 0, q->system, q->prompt, NULL);
+            seq->tokens = chat_turn(tok, 0, q->system, q->prompt, o->thinking, NULL);
             seq->stop_ids = tok->kind == SENTENCEPIECE ? &sentencepiece_end : tok->stop_ids; /* as chat() */
             seq->n_stop = tok->kind == SENTENCEPIECE ? 1 : tok->n_stop;
         } else {
@@ -5853,6 +5954,7 @@ static void usage(FILE *out) {
             "  -l <int>    speculative decoding drafted from the text: n-grams of up to this many tokens, 1..16\n"
             "  -k <int>    tokens drafted per step at most, 1..32, default 6 with -d, 8 with -l\n"
             "  -c <string> KV cache: fp32 (default, exact) or int8 (a quarter of the memory, a scale per head)\n"
+            "  -e <int>    chat and batch with Qwen3: 0 = no thinking (enable_thinking=false), default 1\n"
             "  -h          this help\n", MAX_BATCH / 2, DEFAULT_BATCH);
 }
 
@@ -5914,7 +6016,8 @@ static char *read_text_file(const char *path) {
 
 static Options parse_options(int argc, char **argv) {
     static const char *const mode_names[] = {"generate", "chat", "tokenize", "perplexity", "batch"};
-    Options o = {.tokenizer = "tokenizer.bin", .temperature = 1.0f, .topp = 0.9f, .steps = 256, .cache = CACHE_FP32};
+    Options o = {.tokenizer = "tokenizer.bin", .temperature = 1.0f, .topp = 0.9f, .steps = 256, .thinking = 1,
+                 .cache = CACHE_FP32};
     const char *mode = "generate";
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -5927,7 +6030,7 @@ static Options parse_options(int argc, char **argv) {
             o.checkpoint = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpKMPsnifzmyjdlkrcbx", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpKMPsnifzmyjdlkrcbxe", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
@@ -5950,6 +6053,7 @@ static Options parse_options(int argc, char **argv) {
         case 'r': o.roll = parse_int(arg, val, 0, 1); break;
         case 'b': o.batch = parse_int(arg, val, 1, MAX_BATCH / 2); break;
         case 'x': o.pool = parse_int(arg, val, 1, INT32_MAX); break;
+        case 'e': o.thinking = (int)parse_int(arg, val, 0, 1); break;
         case 'c':
             if (strcmp(val, "fp32") && strcmp(val, "int8")) bad_flag("-c: unknown KV cache type '%s' (fp32 or int8)", val);
             o.cache = strcmp(val, "int8") == 0 ? CACHE_INT8 : CACHE_FP32;
@@ -5969,6 +6073,7 @@ static Options parse_options(int argc, char **argv) {
     if (o.draft && o.lookup) bad_flag("-d and -l: draft from a model or from the text, not both");
     if (o.max_draft && !o.draft && !o.lookup) bad_flag("-k needs -d or -l");
     if (o.roll && o.mode != GENERATE) bad_flag("-r: for generate only (chat always shifts its context)");
+    if (!o.thinking && o.mode != CHAT && o.mode != BATCH) bad_flag("-e: for chat and batch only");
     if (o.mode == PERPLEXITY && (o.draft || o.lookup))
         bad_flag("-d and -l speed up generate and chat; -m perplexity has no use for them");
     if (o.prompt && o.prompt_file) fail("-i and -f: give the text one way, not both");
@@ -6005,7 +6110,7 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
                        .rng_state = o->seed > 0 ? (uint64_t)o->seed : (uint64_t)time(NULL),
                        .probindex = xmalloc(c->vocab_size * sizeof(ProbIndex)), .softmax = fast_softmax};
     if (o->mode == GENERATE) generate(m, &d, tok, &sampler, text, (int)steps);
-    else chat(m, &d, tok, &sampler, text[0] ? text : NULL, o->system_prompt);
+    else chat(m, &d, tok, &sampler, text[0] ? text : NULL, o->system_prompt, o->thinking);
     free(sampler.probindex);
     free_answer(&sampler);
     free(d.seq.ids), free(d.logits), free(d.draft_probs);
@@ -6024,6 +6129,8 @@ int main(int argc, char **argv) {
     open_checkpoint(&m.ck, o.checkpoint);
     Tokenizer tok;
     load_tokenizer(&tok, o.tokenizer, m.ck.config.vocab_size);
+    if (!o.thinking && (added_token_id(&tok, "<think>") < 0 || added_token_id(&tok, "</think>") < 0))
+        fail("-e 0: %s has no <think> and </think> tokens (Qwen3's): no thinking to turn off", o.tokenizer);
     char *file_text = o.prompt_file ? read_text_file(o.prompt_file) : NULL;
     const char *text = file_text ? file_text : o.prompt ? o.prompt : "";
     if (o.mode == TOKENIZE) { /* the text's ids, BOS first, on one line */

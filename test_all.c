@@ -2783,19 +2783,140 @@ static void test_llama3_chat(const char *python) {
     static const int second[] = {128006, 882, 128007, 271, 3112, 499, 30, 364, 51, 16514, 7060, 13, 128009, 128006,
                                  78191, 128007, 271};
     int n_system;
-    TokenList l = chat_turn(&t, 0, "You are a pirate.", "  Hi there! \n", &n_system);
+    TokenList l = chat_turn(&t, 0, "You are a pirate.", "  Hi there! \n", 1, &n_system);
     check(l.n == (int)(sizeof first / sizeof *first) && memcmp(l.ids, first, sizeof first) == 0,
           "Llama 3 chat, first turn (system prompt, user message trimmed): %d tokens", l.n);
     check(n_system == 11, "Llama 3 chat: a context shift keeps BOS and the system message to its <|eot_id|>, "
           "11 tokens, not %d", n_system);
     free(l.ids);
-    l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.", NULL);
+    l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.", 1, NULL);
     check(l.n == (int)(sizeof second / sizeof *second) && memcmp(l.ids, second, sizeof second) == 0,
           "Llama 3 chat, second turn: %d tokens", l.n);
     free(l.ids);
     check(t.bos_id == 128000 && t.turn_end_id == 128009 && stops_at(&t, 128001) && stops_at(&t, 128008) &&
               stops_at(&t, 128009) && !stops_at(&t, 128000),
           "Llama 3 BOS and stop ids");
+    free_tokenizer(&t);
+    unlink(out);
+}
+
+/* ids[0..n) == want[0..n_want), with the difference printed if not. */
+static int same_ids(const int *ids, int n, const int *want, int n_want) {
+    int ok = n == n_want && memcmp(ids, want, (size_t)n * sizeof(int)) == 0;
+    if (!ok) {
+        printf("  got ");
+        for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+        printf("\n");
+    }
+    return ok;
+}
+
+/* Qwen3 chat (ChatML) from a tokenizer exported from ../shared's Qwen3
+   tokenizer.json, against the ids of its own chat_template as rendered by
+   @huggingface/jinja 0.5.13 and encoded by @huggingface/tokenizers 0.2.0 (npm;
+   added tokens parsed): the messages system "You are a pirate.", user "Hi
+   there!", assistant (thinking on) "<think>\nA greeting.\n</think>\n\nAhoy,
+   matey!" or (off, enable_thinking=false) "Ahoy, matey!", user "And you?
+   'Twas fine.", with add_generation_prompt. The template keeps an earlier
+   answer without its thinking: after an answer, chat() rewinds the cache to
+   where the two differ and refills it, which must leave the cache as a fresh
+   run of the template's ids would. */
+static void test_qwen_chat(const char *python) {
+    char json[4096], out[] = "/tmp/run_test_qwen_XXXXXX", command[16384];
+    snprintf(json, sizeof json, "%s/tokenizer/qwen3/tokenizer.json", shared_dir());
+    if (access(json, R_OK) != 0 || !python || !python[0]) {
+        skip("Qwen3 chat turns: needs %s and python3", json);
+        return;
+    }
+    int fd = mkstemp(out);
+    close(fd);
+    snprintf(command, sizeof command, "%s export.py %s --tokenizer %s 2>/dev/null", python, out, json);
+    if (system(command) != 0) {
+        check(0, "export.py --tokenizer %s failed", json);
+        unlink(out);
+        return;
+    }
+    enum { VOCAB = 151936, IM_START = 151644, IM_END = 151645, THINK = 151667, END_THINK = 151668 };
+    /* the template's ids: the first turn, thinking on (the last four: thinking off) */
+    static const int first[] = {151644, 8948, 198, 2610, 525, 264, 53966, 13, 151645, 198, 151644, 872, 198, 13048,
+                                1052, 0, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271};
+    /* two turns: the first answer as an earlier turn, then the second user turn */
+    static const int two[] = {151644, 8948, 198, 2610, 525, 264, 53966, 13, 151645, 198, 151644, 872, 198, 13048,
+                              1052, 0, 151645, 198, 151644, 77091, 198, 24765, 2253, 11, 29176, 88, 0, 151645, 198,
+                              151644, 872, 198, 3036, 498, 30, 364, 51, 16123, 6915, 13, 151645, 198, 151644, 77091,
+                              198, 151667, 271, 151668, 271};
+    /* the answers as the model gives them, encoded by the same library */
+    static const int thought[] = {151667, 198, 32, 42113, 624, 151668, 271, 24765, 2253, 11, 29176, 88, 0};
+    static const int plain[] = {24765, 2253, 11, 29176, 88, 0};
+    enum { N_FIRST = 21, N_TWO = 45, ROLE_START = 19, N_SYSTEM = 10, N_HISTORY = 29 };
+    Tokenizer t;
+    load_tokenizer(&t, out, VOCAB);
+    check(t.chat == CHATML && t.bos_id == -1 && t.turn_start_id == IM_START && t.turn_end_id == IM_END &&
+              stops_at(&t, IM_END) && stops_at(&t, 151643) && added_token_id(&t, "<think>") == THINK &&
+              added_token_id(&t, "</think>") == END_THINK,
+          "Qwen3 tokenizer: ChatML ids, no BOS, stop ids, <think> and </think>");
+    int n_system;
+    TokenList l = chat_turn(&t, 0, "You are a pirate.", "Hi there!", 1, &n_system);
+    check(same_ids(l.ids, l.n, first, N_FIRST), "Qwen3 chat, first turn, thinking: the template's ids");
+    check(n_system == N_SYSTEM, "Qwen3 chat: a context shift keeps the system message, %d tokens, not %d", N_SYSTEM,
+          n_system);
+    free(l.ids);
+    l = chat_turn(&t, 0, "You are a pirate.", "Hi there!", 0, NULL);
+    check(same_ids(l.ids, l.n, first, N_FIRST + 4), "Qwen3 chat, first turn, no thinking (-e 0): the template's ids");
+    free(l.ids);
+    l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.", 1, NULL);
+    check(same_ids(l.ids, l.n, two + N_HISTORY, N_TWO - N_HISTORY), "Qwen3 chat, second turn: the template's ids");
+    free(l.ids);
+    l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.", 0, NULL);
+    check(same_ids(l.ids, l.n, two + N_HISTORY, N_TWO + 4 - N_HISTORY), "Qwen3 chat, second turn, no thinking");
+    free(l.ids);
+
+    /* the cache after each first answer: what a fresh run of the template's
+       ids gives, to the logits */
+    seek_random(151936);
+    TinyModel tiny = tiny_model(1, 64);
+    free(tiny.emb);
+    tiny.vocab = VOCAB;
+    tiny.emb = tiny.cls = random_tensor((size_t)VOCAB * tiny.dim, 1, 0);
+    Buffer b = write_checkpoint(&tiny, 1, 0, 0, 0);
+    char *model_path = write_temp(b.data, b.n);
+    Model m;
+    open_checkpoint(&m.ck, model_path);
+    start_compute(1);
+    start_model(&m, 64, 0, CACHE_FP32, 0);
+    for (int thinking = 1; thinking >= 0; thinking--) {
+        Decoder d = {0};
+        const int *answer = thinking ? thought : plain;
+        int n_prompt = N_FIRST + (thinking ? 0 : 4), n_answer = thinking ? 13 : 6;
+        feed(&m, &d, first, n_prompt);
+        feed(&m, &d, answer, n_answer);
+        float *logits = end_chatml_answer(&m, &d, &t, ROLE_START, n_prompt, d.seq.n);
+        float *kept = malloc(VOCAB * sizeof(float));
+        memcpy(kept, logits, VOCAB * sizeof(float));
+        int same_context = same_ids(d.seq.ids, d.seq.n, two, N_HISTORY);
+        d.seq.n = 0;
+        logits = feed(&m, &d, two, N_HISTORY);
+        check(same_context && memcmp(kept, logits, VOCAB * sizeof(float)) == 0,
+              "Qwen3 chat, thinking %s: after the first answer, the cache holds the template's earlier turn "
+              "(its logits are a fresh run's)", thinking ? "on" : "off");
+        free(kept), free(d.seq.ids);
+    }
+    stop_model(&m);
+    stop_compute();
+    close_checkpoint(&m.ck);
+    /* through the program: two turns on stdin, thinking on and off, in a
+       context of 64 positions (the random model's answers fill it) */
+    for (int thinking = 1; thinking >= 0; thinking--) {
+        static RunResult r;
+        run_args(&r, "Hi there!\nAnd you?\n", model_path, "-z", out, "-m", "chat", "-y", "Be brief.", "-e",
+                 thinking ? "1" : "0", "-s", "3", NULL);
+        int answers = 0;
+        for (const char *p = r.out; (p = strstr(p, "Assistant: ")); p++) answers++;
+        check(r.status == 0 && answers == 2, "Qwen3 chat of two turns, thinking %s: exit %d, %d answers: %s",
+              thinking ? "on" : "off", r.status, answers, r.err);
+    }
+    unlink(model_path), free(model_path), free(b.data);
+    free_tiny(&tiny);
     free_tokenizer(&t);
     unlink(out);
 }
@@ -3216,7 +3337,7 @@ static void test_chat_kept_tokens(void) {
     Tokenizer t;
     load_tokenizer(&t, "tokenizer.bin", 32000);
     int n_system, n_none;
-    TokenList l = chat_turn(&t, 0, "You are a pirate.", "Hi there", &n_system);
+    TokenList l = chat_turn(&t, 0, "You are a pirate.", "Hi there", 1, &n_system);
     char text[256] = "";
     for (int i = 1; i < n_system; i++) {
         int len;
@@ -3226,7 +3347,7 @@ static void test_chat_kept_tokens(void) {
     check(l.ids[0] == BOS_ID && n_system < l.n && strcmp(text, "[INST] <<SYS>>\nYou are a pirate.\n<</SYS>>\n\n") == 0,
           "Llama 2 chat: a context shift keeps BOS and '%s' (%d of %d tokens)", text, n_system, l.n);
     free(l.ids);
-    l = chat_turn(&t, 0, "", "Hi there", &n_none);
+    l = chat_turn(&t, 0, "", "Hi there", 1, &n_none);
     check(n_none == 1, "Llama 2 chat without a system prompt: a context shift keeps BOS alone, not %d tokens", n_none);
     free(l.ids);
     free_tokenizer(&t);
@@ -3253,7 +3374,7 @@ static void test_long_chat(const char *tokenizer) {
     while (positions < 10 * m.seq_len) { /* each turn: its prompt's tokens and the end of its answer */
         char user[64];
         snprintf(user, sizeof user, "%d %d %d", 3 + n_turns % 30, 5 + n_turns % 20, 7 + n_turns % 10);
-        TokenList t = chat_turn(&tok, n_turns, "", user, NULL);
+        TokenList t = chat_turn(&tok, n_turns, "", user, 1, NULL);
         positions += t.n + 1;
         free(t.ids);
         strcat(turns, user), strcat(turns, "\n");
@@ -3629,7 +3750,7 @@ static void batch_against_single_runs(const char *what, const char *const models
                                  prompts[k].system ? prompts[k].system : "", prompts[k].system ? "\"" : "");
                 put(&file, line, n);
                 TokenList ids = {0};
-                if (prompts[k].system) ids = chat_turn(&tok, 0, prompts[k].system, prompts[k].prompt, NULL);
+                if (prompts[k].system) ids = chat_turn(&tok, 0, prompts[k].system, prompts[k].prompt, 1, NULL);
                 else ids.ids = encode(&tok, prompts[k].prompt, strlen(prompts[k].prompt), 1, 0, &ids.n);
                 free(ids.ids);
                 int positions = prompts[k].n == 0 || ids.n + prompts[k].n - 1 > seq_len ? seq_len : ids.n + prompts[k].n - 1;
@@ -3860,7 +3981,7 @@ static void test_flags(const char *model, const char *tokenizer) {
     static const char *bad[][2] = {
         {"-t", "abc"}, {"-t", "-1"}, {"-t", "nan"}, {"-t", "1.5x"}, {"-p", "1.5"}, {"-p", "-0.1"},
         {"-p", "nan"}, {"-n", "-3"}, {"-n", "ten"}, {"-s", "-1"}, {"-s", "1e3"}, {"-m", "dance"}, {"-q", "1"},
-        {"-tt", "1"}, {"-n", "99999999999"}, {"-c", "int4"}, {"-c", "FP32"},
+        {"-tt", "1"}, {"-n", "99999999999"}, {"-c", "int4"}, {"-c", "FP32"}, {"-e", "2"}, {"-e", "0"},
         /* from a code audit: strtof/strtoll skip leading white space, so " 5" passed as 5 */
         {"-n", " 5"}, {"-t", " 1"}, {"-s", "\t3"}, {"-p", "\n0.5"}, {"-j", " 1"},
         {"-K", "-1"}, {"-K", "2.5"}, {"-K", "ten"}, {"-K", "3000000000"}, {"-M", "1.5"}, {"-M", "-0.1"}, {"-M", "nan"},
@@ -3875,6 +3996,9 @@ static void test_flags(const char *model, const char *tokenizer) {
     RunResult r;
     run_args(&r, NULL, model, "-z", tokenizer, "-n", NULL);
     check(r.status == 1 && strstr(r.err, "-n needs a value"), "flag without a value: %s", r.err);
+    run_args(&r, NULL, model, "-z", tokenizer, "-m", "chat", "-e", "0", "-i", "1", NULL);
+    check(r.status == 1 && single_line(r.err) && strstr(r.err, tokenizer) && strstr(r.err, "no <think>"),
+          "-e 0 with a tokenizer that has no <think>: %s", r.err);
     run_args(&r, NULL, model, "-z", tokenizer, "-c", "int4", NULL);
     check(r.status == 1 && strstr(r.err, "-c") && strstr(r.err, "'int4'") && strstr(r.err, "fp32 or int8"),
           "-c int4: want the flag, the value and the choices named: %s", r.err);
@@ -4094,7 +4218,6 @@ int main(void) {
     test_pretokenizer();
     test_byte_level_tokenizer();
     test_kind2_tokenizer();
-    test_nfc(python);
     test_shared_tokenizers(run);
 
     /* sampler */
@@ -4138,6 +4261,12 @@ int main(void) {
     test_nan_weights_run(tokenizer);
     test_huge_seq_len(tokenizer);
     test_long_context_memory(tokenizer);
+
+    /* after the peak-RSS checks above: a forked run starts with this process's
+       memory, and these take tens of MB (a 151936-token vocabulary), which
+       AddressSanitizer keeps after they are freed */
+    test_nfc(python);
+    test_qwen_chat(python);
 
     unlink(model), unlink(tokenizer), free(model), free(tokenizer);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
