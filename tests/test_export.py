@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import struct
 import subprocess
@@ -920,6 +921,76 @@ def test_qwen(tokenizer):
     rc, err = export(path("llama_with_bias.bin"), "--hf", d)
     ok("LlamaForCausalLM with q/k/v bias tensors is refused (biases only for Qwen2)",
        rc != 0 and "bias" in err and "Traceback" not in err, err.strip()[-300:])
+
+
+def readme_commands(model_dir):
+    """The README's commands for one model folder: the indented lines after its
+    `huggingface-cli download ... --local-dir model_dir` line, up to the block's end."""
+    with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    start = next((k for k, line in enumerate(lines) if line.endswith(f"--local-dir {model_dir}")), len(lines))
+    commands = []
+    for line in lines[start + 1:]:
+        if not line.startswith("    "):
+            break
+        commands.append(line.strip())
+    return commands
+
+
+def test_qwen_readme():
+    """The README's Qwen3 and Qwen2.5 commands, as written there, on tiny models in
+    Hugging Face's layout (Qwen3's tokenizer.json and tokenizer_config.json from
+    ../shared beside them, for Qwen2.5 too): each export and run works, and the
+    exported model's greedy text through that tokenizer equals the numpy reference's."""
+    tok_dir = os.path.join(SHARED, "tokenizer", "qwen3")
+    if not (os.path.exists(os.path.join(tok_dir, "tokenizer.json")) and have_run()):
+        skip("the README's Qwen commands", f"{tok_dir}/tokenizer.json or ./run missing")
+        return
+    with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
+        vocab = json.load(f)["model"]["vocab"]
+    byte_of = gpt2_byte_decoder()
+    piece_bytes = {i: bytes(byte_of[ch] for ch in piece) for piece, i in vocab.items()}
+    for model_dir, kind, seed in (("Qwen3-0.6B", "qwen3", 81), ("Qwen2.5-0.5B-Instruct", "qwen2", 82)):
+        commands = readme_commands(model_dir)
+        if not ok(f"README: {model_dir}: an export of the model, one of the tokenizer, and chat commands",
+                  len(commands) >= 3 and any("--hf" in c for c in commands)
+                  and any("--tokenizer" in c for c in commands) and any("-m chat" in c for c in commands),
+                  "\n".join(commands)):
+            continue
+        work = path(f"readme_{kind}")
+        folder = os.path.join(work, model_dir)
+        cfg = dict(qwen_config(kind, True, 32 if kind == "qwen3" else None), hidden_size=64, num_attention_heads=4,
+                   num_key_value_heads=2, intermediate_size=128, num_hidden_layers=2, vocab_size=151936,
+                   max_position_embeddings=4096)
+        raw = make_hf_weights(seed=seed, dim=64, heads=4, kv_heads=2, layers=2, vocab=151936, hidden=128,
+                              tied=True, head_dim=cfg.get("head_dim"), kind=kind)
+        write_hf_folder(folder, raw, cfg, "BF16")
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(tok_dir, name), folder)
+        for command in commands:
+            argv = shlex.split(command)
+            if argv[:2] == ["python3", "export.py"]:
+                argv = [sys.executable, os.path.join(HERE, "export.py")] + argv[2:]
+            elif argv[0] == "./run":
+                argv = [RUN] + argv[1:]
+            p = subprocess.run(argv, cwd=work, input=b"Hello, who are you?\n", capture_output=True, timeout=600)
+            out = p.stdout.decode(errors="replace")
+            ok(f"README: `{command}` works", p.returncode == 0 and ("-m chat" not in command or "Assistant:" in out),
+               f"rc {p.returncode}; stdout {out[-200:]!r}; stderr {p.stderr.decode(errors='replace')[-300:]}")
+        model = next(os.path.join(work, shlex.split(c)[2]) for c in commands if "--hf" in c)
+        tokenizer = next(os.path.join(work, shlex.split(c)[2]) for c in commands if "--tokenizer" in c)
+        if not (os.path.exists(model) and os.path.exists(tokenizer)):
+            continue
+        prompt = "Once upon a time, there was"
+        ids0 = run_tokenize(model, tokenizer, prompt)
+        weights = {n: stored(a, "BF16") for n, a in raw.items()}
+        steps = len(ids0 or []) + 4  # positions, as -n counts them
+        ref, gaps = hf_generate(weights, cfg, ids0 or [], steps, stop_ids=(151643, 151645))
+        want = b"".join(piece_bytes.get(i, b"") for i in ref)
+        rc, got, err = run_text(model, tokenizer, prompt, steps)
+        ok(f"README: {model_dir}: the int8 model's first greedy tokens through Qwen's tokenizer equal the "
+           f"numpy reference's", ids0 is not None and rc == 0 and got.rstrip(b"\n") == want,
+           f"reference {want!r} (logit gaps {[round(g, 3) for g in gaps]}), got {got!r} {err[-200:]}")
 
 
 # ---------------------------------------------------------------------------
@@ -2089,6 +2160,7 @@ def main():
         tokenizer = sp_export or (repo_tok if os.path.exists(repo_tok) else None)
         test_hf(tokenizer)
         test_qwen(tokenizer)
+        test_qwen_readme()
         test_perplexity(tokenizer)
         test_llama3(tokenizer)
         test_llama3_vocab()
