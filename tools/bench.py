@@ -180,7 +180,7 @@ def q4k_model(name, int8):
     with open(int8, "rb") as f:
         header = bytearray(f.read(256))
     dim, hidden, layers, heads, kv_heads, vocab = struct.unpack_from("<6i", header, 8)
-    if dim % 256 or hidden % 256:
+    if dim % 256 or hidden % 256 or header[68:74] != bytes(6):  # whole blocks; no head size or flags of its own
         return None
     path = os.path.join(CACHE, name + "_q4k.bin")
     if os.path.exists(path):

@@ -232,12 +232,13 @@ HARNESS int has_all_byte_pieces(const Tokenizer *t) {
 #define MAX_STATE_BYTES (32u << 20)
 
 static uint64_t state_bytes(const Config *c) {
-    uint64_t head_size = c->dim / c->n_heads, kv_dim = head_size * c->n_kv_heads;
-    uint64_t widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    uint64_t head_size = c->head_size, q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    uint64_t widest = widest_input(c);
     uint64_t floats = 2 * (uint64_t)c->n_layers * c->seq_len * kv_dim  /* KV cache */
                       + (uint64_t)c->seq_len * head_size                 /* RoPE tables */
                       + (uint64_t)c->seq_len                             /* attention scores */
-                      + MAX_BATCH * (4 * (uint64_t)c->dim + 2 * (uint64_t)c->hidden_dim + 3 * widest)
+                      + MAX_BATCH * (3 * (uint64_t)c->dim + 2 * q_dim + 2 * kv_dim + 2 * (uint64_t)c->hidden_dim
+                                     + 3 * widest)
                       + 3 * (uint64_t)c->vocab_size;                     /* logits, sampler */
     return 4 * floats;
 }
