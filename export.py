@@ -370,7 +370,8 @@ def llama3_byte_pieces(where, vocab, merges, control, n_pieces=128000, n_special
             raise ExportError(f"{where}: added token {content!r} has id {i}, inside the BPE pieces")
     found_special = max(control, default=len(vocab) - 1) + 1 - len(vocab)
     if found_special != n_special or len(vocab) != n_pieces:
-        raise ExportError(f"{where}: {len(vocab)} pieces and {found_special} control tokens; Llama 3 has 128000 and 256")
+        raise ExportError(f"{where}: {len(vocab)} pieces and {found_special} control tokens, not {n_pieces} and "
+                          f"{n_special}")
     for name, fixed in LLAMA3_CONTROL.items():
         if control.get(fixed) not in (name, None) and not control[fixed].startswith("<|reserved_special_token_"):
             raise ExportError(f"{where}: token {fixed} is {control[fixed]!r}, Llama 3's {name} or a reserved one")

@@ -1224,6 +1224,8 @@ static void load_tokenizer(Tokenizer *t, const char *path, int vocab_size) {
             if (header_ids[i] < -1 || header_ids[i] >= n_pieces)
                 fail("%s: %s id %d is outside the tokenizer's %d pieces", path, i ? "chat token" : "BOS",
                      header_ids[i], n_pieces);
+        if (t->bos_id < 0 && t->chat == LLAMA3_CHAT && t->turn_start_id >= 0) /* its template starts with BOS */
+            fail("%s: BOS id is -1, but Llama 3's chat template (the header ids) needs one", path);
         t->n_stop = read_tokenizer_i32(f, path, "the header");
         if (t->n_stop < 1 || t->n_stop > MAX_STOP_IDS)
             fail("%s: %d stop ids, must be 1 to %d", path, t->n_stop, MAX_STOP_IDS);
@@ -4997,7 +4999,7 @@ static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_pr
         }
         return l;
     }
-    if (n_system) *n_system = turn == 0; /* BOS */
+    if (n_system) *n_system = turn == 0 && tok->bos_id >= 0; /* BOS */
     if (tok->kind == SENTENCEPIECE) {
         char *head = has_system ? format_string("[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s", system_prompt, "")
                                 : format_string("[INST] %s%s", "", "");
@@ -6129,8 +6131,9 @@ int main(int argc, char **argv) {
     open_checkpoint(&m.ck, o.checkpoint);
     Tokenizer tok;
     load_tokenizer(&tok, o.tokenizer, m.ck.config.vocab_size);
-    if (!o.thinking && (added_token_id(&tok, "<think>") < 0 || added_token_id(&tok, "</think>") < 0))
-        fail("-e 0: %s has no <think> and </think> tokens (Qwen3's): no thinking to turn off", o.tokenizer);
+    if (!o.thinking && (tok.chat != CHATML || added_token_id(&tok, "<think>") < 0 || added_token_id(&tok, "</think>") < 0))
+        fail("-e 0: %s is not a ChatML tokenizer with <think> and </think> (Qwen3's): no thinking to turn off",
+             o.tokenizer);
     char *file_text = o.prompt_file ? read_text_file(o.prompt_file) : NULL;
     const char *text = file_text ? file_text : o.prompt ? o.prompt : "";
     if (o.mode == TOKENIZE) { /* the text's ids, BOS first, on one line */
