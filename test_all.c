@@ -2774,24 +2774,34 @@ static void test_golden_files(const char *run) {
 /* ------------------------------------------------------------------------- */
 /* Modes: chat                                                                */
 
-/* Llama 3 chat turns, from a tokenizer exported from ../shared's tokenizer.json,
-   against the ids Hugging Face's tokenizers (the JavaScript port, 0.2.0) gives
-   the text that the model's chat template renders, control tokens parsed. */
-static void test_llama3_chat(const char *python) {
-    char json[4096], out[] = "/tmp/run_test_llama3_XXXXXX", command[16384];
-    snprintf(json, sizeof json, "%s/tokenizer/llama3/tokenizer.json", shared_dir());
+/* ../shared's tokenizer.json of `model` (llama3, qwen3) as export.py writes it,
+   in a temporary file for the caller to unlink and free; NULL when it cannot
+   be had: the test `what` skipped (no file, no python3) or failed (export.py). */
+static char *export_shared_tokenizer(const char *python, const char *model, const char *what) {
+    char json[4096], command[16384], *out = strdup("/tmp/run_test_tokenizer_XXXXXX");
+    snprintf(json, sizeof json, "%s/tokenizer/%s/tokenizer.json", shared_dir(), model);
     if (access(json, R_OK) != 0 || !python || !python[0]) {
-        skip("Llama 3 chat turns: needs %s and python3", json);
-        return;
+        skip("%s: needs %s and python3", what, json);
+        free(out);
+        return NULL;
     }
     int fd = mkstemp(out);
     close(fd);
     snprintf(command, sizeof command, "%s export.py %s --tokenizer %s 2>/dev/null", python, out, json);
     if (system(command) != 0) {
         check(0, "export.py --tokenizer %s failed", json);
-        unlink(out);
-        return;
+        unlink(out), free(out);
+        return NULL;
     }
+    return out;
+}
+
+/* Llama 3 chat turns, from a tokenizer exported from ../shared's tokenizer.json,
+   against the ids Hugging Face's tokenizers (the JavaScript port, 0.2.0) gives
+   the text that the model's chat template renders, control tokens parsed. */
+static void test_llama3_chat(const char *python) {
+    char *out = export_shared_tokenizer(python, "llama3", "Llama 3 chat turns");
+    if (!out) return;
     Tokenizer t;
     load_tokenizer(&t, out, 128256);
     /* <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a pirate.<|eot_id|>
@@ -2816,7 +2826,7 @@ static void test_llama3_chat(const char *python) {
               stops_at(&t, 128009) && !stops_at(&t, 128000),
           "Llama 3 BOS and stop ids");
     free_tokenizer(&t);
-    unlink(out);
+    unlink(out), free(out);
 }
 
 /* ids[0..n) == want[0..n_want), with the difference printed if not. */
@@ -2841,20 +2851,8 @@ static int same_ids(const int *ids, int n, const int *want, int n_want) {
    where the two differ and refills it, which must leave the cache as a fresh
    run of the template's ids would. */
 static void test_qwen_chat(const char *python) {
-    char json[4096], out[] = "/tmp/run_test_qwen_XXXXXX", command[16384];
-    snprintf(json, sizeof json, "%s/tokenizer/qwen3/tokenizer.json", shared_dir());
-    if (access(json, R_OK) != 0 || !python || !python[0]) {
-        skip("Qwen3 chat turns: needs %s and python3", json);
-        return;
-    }
-    int fd = mkstemp(out);
-    close(fd);
-    snprintf(command, sizeof command, "%s export.py %s --tokenizer %s 2>/dev/null", python, out, json);
-    if (system(command) != 0) {
-        check(0, "export.py --tokenizer %s failed", json);
-        unlink(out);
-        return;
-    }
+    char *out = export_shared_tokenizer(python, "qwen3", "Qwen3 chat turns");
+    if (!out) return;
     enum { VOCAB = 151936, IM_START = 151644, IM_END = 151645, THINK = 151667, END_THINK = 151668 };
     /* the template's ids: the first turn, thinking on (the last four: thinking off) */
     static const int first[] = {151644, 8948, 198, 2610, 525, 264, 53966, 13, 151645, 198, 151644, 872, 198, 13048,
@@ -2937,7 +2935,7 @@ static void test_qwen_chat(const char *python) {
     unlink(model_path), free(model_path), free(b.data);
     free_tiny(&tiny);
     free_tokenizer(&t);
-    unlink(out);
+    unlink(out), free(out);
 }
 
 /* Chat with a prompt (-i) and stdin closed: it answers, then ends cleanly. */

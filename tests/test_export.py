@@ -1465,14 +1465,23 @@ def read_byte_level_file(file):
     return header, pieces
 
 
-def test_llama3_tokenizer():
-    name = "Llama 3 tokenizer"
-    json_file = os.path.join(SHARED, "tokenizer", "llama3", "tokenizer.json")
+def shared_tokenizer_json(name, model):
+    """(path, parsed) of ../shared's tokenizer.json of model (llama3, qwen3), or None,
+    the test `name` skipped, when it is missing."""
+    json_file = os.path.join(SHARED, "tokenizer", model, "tokenizer.json")
     if not os.path.exists(json_file):
         skip(name, f"{json_file} missing")
-        return
+        return None
     with open(json_file, encoding="utf-8") as f:
-        tok = json.load(f)
+        return json_file, json.load(f)
+
+
+def test_llama3_tokenizer():
+    name = "Llama 3 tokenizer"
+    found = shared_tokenizer_json(name, "llama3")
+    if not found:
+        return
+    json_file, tok = found
     decoder = gpt2_bytes_decoder()
     raw = {i: bytes(decoder[c] for c in piece) for piece, i in tok["model"]["vocab"].items()}
 
@@ -1522,12 +1531,10 @@ def test_qwen_tokenizer():
     converter writes it (pre-tokenizer "qwen2", added tokens of type 3 or 4, padded
     with unused tokens to the model's 151936), give one kind 2 file."""
     name = "Qwen3 tokenizer"
-    json_file = os.path.join(SHARED, "tokenizer", "qwen3", "tokenizer.json")
-    if not os.path.exists(json_file):
-        skip(name, f"{json_file} missing")
+    found = shared_tokenizer_json(name, "qwen3")
+    if not found:
         return
-    with open(json_file, encoding="utf-8") as f:
-        tok = json.load(f)
+    json_file, tok = found
     from_json = path("qwen3_from_json.bin")
     rc, err = export(from_json, "--tokenizer", json_file)
     if not ok(f"{name}: export.py --tokenizer tokenizer.json", rc == 0, err):

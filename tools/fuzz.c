@@ -398,6 +398,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 static Tokenizer llama, small, llama3, qwen3;
 static int have_small, have_llama3, have_qwen3;
 
+/* Loads a tokenizer that the fuzzing can do without; returns whether it is there. */
+static int load_optional_tokenizer(Tokenizer *t, const char *path, int vocab_size) {
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "fuzz_encode: %s not found, fuzzing without it\n", path);
+        return 0;
+    }
+    load_tokenizer(t, path, vocab_size);
+    last_file = NULL;
+    return 1;
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     fuzz_stderr = stderr;
@@ -407,31 +418,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char small_path[4096];
     snprintf(small_path, sizeof small_path, "%s/models/aidreams_tok512.bin",
              getenv("SHARED") ? getenv("SHARED") : FUZZ_SHARED);
-    if (access(small_path, R_OK) == 0) {
-        load_tokenizer(&small, small_path, 512);
-        last_file = NULL;
-        have_small = 1;
-    } else {
-        fprintf(stderr, "fuzz_encode: %s not found, fuzzing without it\n", small_path);
-    }
+    have_small = load_optional_tokenizer(&small, small_path, 512);
     /* Llama 3's byte-level BPE, as `make fuzz` exports it from ../shared */
     const char *llama3_path = getenv("FUZZ_LLAMA3_TOKENIZER") ? getenv("FUZZ_LLAMA3_TOKENIZER") : FUZZ_LLAMA3_TOKENIZER_PATH;
-    if (access(llama3_path, R_OK) == 0) {
-        load_tokenizer(&llama3, llama3_path, 128256);
-        last_file = NULL;
-        have_llama3 = 1;
-    } else {
-        fprintf(stderr, "fuzz_encode: %s not found, fuzzing without it\n", llama3_path);
-    }
+    have_llama3 = load_optional_tokenizer(&llama3, llama3_path, 128256);
     /* Qwen3's (NFC first), in a model of Qwen's 151936 ids */
     const char *qwen3_path = getenv("FUZZ_QWEN3_TOKENIZER") ? getenv("FUZZ_QWEN3_TOKENIZER") : FUZZ_QWEN3_TOKENIZER_PATH;
-    if (access(qwen3_path, R_OK) == 0) {
-        load_tokenizer(&qwen3, qwen3_path, 151936);
-        last_file = NULL;
-        have_qwen3 = 1;
-    } else {
-        fprintf(stderr, "fuzz_encode: %s not found, fuzzing without it\n", qwen3_path);
-    }
+    have_qwen3 = load_optional_tokenizer(&qwen3, qwen3_path, 151936);
     return 0;
 }
 
