@@ -67,7 +67,7 @@ run_arm64_qemu: Makefile
 	chmod +x $@
 
 test-arm64: run_arm64 test_all_arm64 run_arm64_qemu
-	RUN=./run_arm64_qemu $(QEMU_ARM64) ./test_all_arm64
+	EMULATED=1 RUN=./run_arm64_qemu $(QEMU_ARM64) ./test_all_arm64
 
 demo: run
 	./run demo/model.bin -z demo/tokenizer.bin -t 0 -n 200 -i "Once upon a time"
