@@ -302,15 +302,19 @@ static void matvec_q8(float *out, const int8_t *xq, const float *xs, const Matri
 #define Q4K_BLOCK 256
 #define Q4K_BLOCK_BYTES 144
 
-/* The fp16 number at p (little-endian), exactly. */
+/* The finite fp16 number at p (little-endian), exactly: its exponent and
+   mantissa bits, 13 places up in a float, are that number times 2^-112 (the
+   exponent biases are 15 and 127), subnormals included, and multiplying by
+   2^112 is exact. No branches: it runs once or twice per block of 256 weights.
+   Infinite and NaN scales never get here: the loader refuses them. */
 static float half_to_float(const uint8_t *p) {
-    uint32_t h = p[0] | (uint32_t)p[1] << 8, sign = (h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023;
+    uint32_t h = p[0] | (uint32_t)p[1] << 8, bits = (h & 0x7fff) << 13;
+    float magnitude;
+    memcpy(&magnitude, &bits, 4);
+    magnitude *= 0x1p112f;
+    memcpy(&bits, &magnitude, 4);
+    bits |= (h & 0x8000) << 16;
     float f;
-    if (exponent == 0) { /* zero or subnormal: mantissa * 2^-24 */
-        f = mantissa * (1.0f / 16777216.0f);
-        return sign ? -f : f;
-    }
-    uint32_t bits = sign | (exponent == 31 ? 0x7f800000 | mantissa << 13 : (exponent + 112) << 23 | mantissa << 13);
     memcpy(&f, &bits, 4);
     return f;
 }
@@ -2708,57 +2712,64 @@ static inline __attribute__((always_inline)) AVX2 __m256i lane_totals4(const __m
     return _mm256_set_m128i(high, low);
 }
 
+/* Rows of a q4k matrix taken together by matmul_q4k_tokens_avx2(): their
+   blocks (16 rows of 5632 values: 50 KB) stay in cache while each group of 8
+   tokens passes over them, so the tokens' inputs are read from memory once
+   per 16 rows rather than once per row. */
+#define Q4K_ROW_TILE 16
+
 /* matvec_q4k_avx2() for T tokens at once: out[t * out_stride + i] = W[i] . x[t]
    for rows [begin, end), x being T rows of n int8 inputs with their scales and
-   their sums over each sub-block of 32 (q4k_input_sums()). Each block's values
-   are unpacked once for all the tokens, and 8 tokens take the lanes of the
-   integer totals and of the floats, each lane combining them as the plain
-   kernel does (the lanes of tokens past T repeat the last token). */
+   their sums over each sub-block of 32 (q4k_input_sums()). 8 tokens take the
+   lanes of the integer totals and of the floats, each lane combining them as
+   the plain kernel does (the lanes of tokens past T repeat the last token). */
 static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int8_t *xq, const float *xs,
                                         const int16_t *x_sums, const Matrix *w, int n, int T, int begin, int end) {
     const __m256i low_nibbles = _mm256_set1_epi8(15);
-    int blocks = n / Q4K_BLOCK, groups = (T + 7) / 8;
-    for (int i = begin; i < end; i++) {
-        const uint8_t *block = w->q4k + (size_t)i * blocks * Q4K_BLOCK_BYTES;
-        __m256 val[MAX_BATCH / 8];
-        for (int g = 0; g < groups; g++) val[g] = _mm256_setzero_ps();
-        for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES) {
-            __m256i q[8], scales[8];
-            __m128i min_vector;
-            q4k_scales_avx2(block + 4, scales, &min_vector);
-            for (int pair = 0; pair < 4; pair++) {
-                __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
-                q[2 * pair] = _mm256_and_si256(bytes, low_nibbles);
-                q[2 * pair + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibbles);
+    int blocks = n / Q4K_BLOCK;
+    for (int tile = begin; tile < end; tile += Q4K_ROW_TILE) {
+        int tile_end = end - tile < Q4K_ROW_TILE ? end : tile + Q4K_ROW_TILE;
+        for (int first = 0; first < T; first += 8) {
+            const int8_t *x[8];
+            const int16_t *sums[8];
+            const float *x_scales[8];
+            for (int k = 0; k < 8; k++) {
+                int t = first + k < T ? first + k : T - 1;
+                x[k] = xq + (size_t)t * n, sums[k] = x_sums + (size_t)t * (n / 32), x_scales[k] = xs + (size_t)t * blocks;
             }
-            __m256 d = _mm256_set1_ps(half_to_float(block)), dmin = _mm256_set1_ps(half_to_float(block + 2));
-            for (int g = 0; g < groups; g++) {
-                const int8_t *x[8];
-                __m256i acc[8];
-                __m128i min_products[8];
-                float x_scale[8];
-                for (int k = 0; k < 8; k++) {
-                    int t = 8 * g + k < T ? 8 * g + k : T - 1;
-                    x[k] = xq + (size_t)t * n + (size_t)Q4K_BLOCK * b;
-                    acc[k] = _mm256_setzero_si256();
-                    __m128i sums = _mm_loadu_si128((const __m128i *)(x_sums + (size_t)t * (n / 32) + 8 * b));
-                    min_products[k] = _mm_madd_epi16(min_vector, sums);
-                    x_scale[k] = xs[(size_t)t * blocks + b];
-                }
-                for (int j = 0; j < 8; j++)
-                    for (int k = 0; k < 8; k++) {
-                        __m256i products = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(x[k] + 32 * j)));
-                        acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(products, scales[j]));
+            for (int i = tile; i < tile_end; i++) {
+                const uint8_t *block = w->q4k + (size_t)i * blocks * Q4K_BLOCK_BYTES;
+                __m256 val = _mm256_setzero_ps();
+                for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES) {
+                    __m256i q[8], scales[8], acc[8];
+                    __m128i min_vector, min_products[8];
+                    q4k_scales_avx2(block + 4, scales, &min_vector);
+                    for (int pair = 0; pair < 4; pair++) {
+                        __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
+                        q[2 * pair] = _mm256_and_si256(bytes, low_nibbles);
+                        q[2 * pair + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibbles);
                     }
-                __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc)), min_totals = _mm256_cvtepi32_ps(lane_totals4(min_products));
-                __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(d, dots), _mm256_mul_ps(dmin, min_totals));
-                val[g] = _mm256_add_ps(val[g], _mm256_mul_ps(_mm256_loadu_ps(x_scale), block_sum));
+                    float x_scale[8];
+                    for (int k = 0; k < 8; k++) {
+                        acc[k] = _mm256_setzero_si256();
+                        min_products[k] = _mm_madd_epi16(min_vector, _mm_loadu_si128((const __m128i *)(sums[k] + 8 * b)));
+                        x_scale[k] = x_scales[k][b];
+                    }
+                    for (int j = 0; j < 8; j++)
+                        for (int k = 0; k < 8; k++) {
+                            __m256i xv = _mm256_loadu_si256((const __m256i *)(x[k] + (size_t)Q4K_BLOCK * b + 32 * j));
+                            acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], xv), scales[j]));
+                        }
+                    __m256 d = _mm256_set1_ps(half_to_float(block)), dmin = _mm256_set1_ps(half_to_float(block + 2));
+                    __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
+                    __m256 min_totals = _mm256_cvtepi32_ps(lane_totals4(min_products));
+                    __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(d, dots), _mm256_mul_ps(dmin, min_totals));
+                    val = _mm256_add_ps(val, _mm256_mul_ps(_mm256_loadu_ps(x_scale), block_sum));
+                }
+                float lanes[8];
+                _mm256_storeu_ps(lanes, val);
+                for (int k = 0; k < 8 && first + k < T; k++) out[(size_t)(first + k) * out_stride + i] = lanes[k];
             }
-        }
-        for (int g = 0; g < groups; g++) {
-            float lanes[8];
-            _mm256_storeu_ps(lanes, val[g]);
-            for (int k = 0; k < 8 && 8 * g + k < T; k++) out[(size_t)(8 * g + k) * out_stride + i] = lanes[k];
         }
     }
 }
