@@ -249,7 +249,8 @@ def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
     diff = scale[:, None] * L + lo[:, None] - x
     best = seq_sum(w * (diff * diff))
     for step in range(nstep + 1):
-        iscale = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / span).astype(F32)
+        # ggml divides by max - min with the best min so far (lo), not the first one
+        iscale = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / np.where(flat, F32(1), hi - lo)).astype(F32)
         l = np.clip(np.rint((iscale[:, None] * (x - lo[:, None])).astype(F32)), 0, nmax).astype(F32)
         wl = w * l
         sum_l, sum_l2, sum_xl = seq_sum(wl), seq_sum(wl * l), seq_sum(wl * x)
