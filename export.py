@@ -2085,7 +2085,13 @@ class QuantizedSource(Source):
                                                          for name, _ in self.types) > 10 ** 8
 
     def _blocks(self, name, layer):
-        return quantize_blocks(self.types[name, layer], self.source.tensor(name, layer))
+        np = import_numpy()
+        kind = self.types[name, layer]
+        blocks = quantize_blocks(kind, self.source.tensor(name, layer))
+        if not np.isfinite(DEQUANTIZE[kind](blocks)).all():  # llama-quantize's validation refuses these too
+            where = name if layer is None else f"{name} of layer {layer}"
+            raise ExportError(f"--quant: {where}: values beyond the range of {kind}'s fp16 fields")
+        return blocks
 
     def load(self, name, layer):
         if name in VECTORS:
