@@ -591,7 +591,8 @@ def gguf_llama_tensors(weights, config, matrix_type, norm_type="F32"):
     writes them (token_embd, each block's tensors, output_norm, output unless tied), the
     query and key rows of a llama model permuted as it permutes them (qwen2 and qwen3
     keep Hugging Face's order; their biases and q/k norms are F32 as the converter
-    keeps 1-D tensors). [(name, shape, type, bytes)]"""
+    keeps 1-D tensors). matrix_type: a ggml type name, or a function giving one for a
+    matrix's name. [(name, shape, type, bytes)]"""
     heads, kvh = config["num_attention_heads"], config["num_key_value_heads"]
     llama = gguf_arch(config) == "llama"
     items = [("token_embd.weight", weights["model.embed_tokens.weight"], matrix_type)]
@@ -612,6 +613,7 @@ def gguf_llama_tensors(weights, config, matrix_type, norm_type="F32"):
     items.append(("output_norm.weight", weights["model.norm.weight"], norm_type))
     if not config["tie_word_embeddings"]:
         items.append(("output.weight", weights["lm_head.weight"], matrix_type))
+    items = [(name, w, t(name) if callable(t) else t) for name, w, t in items]
     return [(name, w.shape, t, gguf_encode(w, t)) for name, w, t in items]
 
 
