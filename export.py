@@ -26,11 +26,17 @@ Models (need numpy; torch only where noted):
                                                   # each matrix in its own type, losslessly where it can be:
                                                   #   Q4_K copied as q4k, Q6_K as int8 per 16, Q8_0 and Q4_0
                                                   #   as int8 per 32; the others requantized (and named)
+  python3 export.py model_q4km.bin --hf DIR --quant Q4_K_M
+                                                  # any input to version 3 as llama.cpp's llama-quantize
+                                                  #   makes Q4_K_M: the same bytes as --gguf of its file
 
 Options for models:
   --version 0|1|2|3  output format (default 1): 0 = legacy llama2.c layout,
                      1 = fp32 with a 256-byte header, 2 = int8 (Q8_0) with fp32 scales,
                      3 = a type per matrix (int8, or q4k kept from the input)
+  --quant Q4_K_M|q4k|int8
+                     version 3 in llama.cpp's types: Q4_K_M with llama-quantize's choice of type per
+                     matrix and its rounding; q4k: Q4_K for every matrix; int8: as --version 3
   --group-size G     quantization group for versions 2 and 3 (default 64); when it does not
                      divide dim, hidden_dim (and n_heads * head_size), the largest power of two below it that
                      does is used (with a note on stderr)
