@@ -2332,8 +2332,8 @@ def test_llama_quantize():
     if not binary:
         skip(name, "no llama-quantize (set LLAMA_QUANTIZE=path)")
         return
-    labels = ["8 layers", "hidden 352, tied", "hidden 344, F16", "qwen2"]
-    cases = [quant_case(60, 8, 256, 512, False), quant_case(61, 3, 256, 352, True),
+    labels = ["12 layers", "hidden 352, tied", "hidden 344, F16", "qwen2"]
+    cases = [quant_case(60, 12, 256, 512, False), quant_case(61, 3, 256, 352, True),
              quant_case(62, 2, 256, 344, False),
              quant_case(63, 3, 256, 352, False, heads=8, kind="qwen2")]
     for k, (label, (cfg, w)) in enumerate(zip(labels, cases)):
