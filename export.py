@@ -1628,6 +1628,19 @@ def quantize_q5_0(x):
     return np.concatenate([fp16_bytes(d), qh, qs], axis=1)
 
 
+def quantize_q5_1(x):
+    """d = (max - min) / 31, q = (uint8)((x - min) / d + 0.5); fp16 d and min, then
+    Q5_0's fifth bits and low nibbles."""
+    np = import_numpy()
+    lo = x.min(axis=1)
+    d = (x.max(axis=1) - lo) / np.float32(31)
+    with np.errstate(invalid="ignore", over="ignore"):
+        xi = c_int8((x - lo[:, None]) * inverse_or_zero(d)[:, None] + np.float32(0.5)) & 0xFF
+    qh = (((xi >> 4) & 1) << np.arange(32)).sum(axis=1).astype("<u4").view(np.uint8).reshape(-1, 4)
+    qs = ((xi[:, :16] & 0xF) | ((xi[:, 16:] & 0xF) << 4)).astype(np.uint8)
+    return np.concatenate([fp16_bytes(d), fp16_bytes(lo), qh, qs], axis=1)
+
+
 def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
     """ggml's make_qkx2_quants (squared error) on each row of x with weights w: levels 0..nmax
     for scale * L + min with min <= 0, the best of the scales (rmin + rdelta * i + nmax) /
@@ -1668,16 +1681,17 @@ def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
     return L.astype(np.int64), np.where(flat, f(0), scale), -np.where(flat, lo, the_min)
 
 
-def quantize_q4_k(x):
-    """quantize_row_q4_K_ref: 8 sub-blocks of 32, each make_qkx2_quants(15 levels, weights
-    rms + |x|, scales (14 + 0.1 i) / (max - min)); the scales and mins as 6-bit multiples
-    of fp16 d = max scale / 63 and dmin = max min / 63; then each value requantized with
-    its sub-block's rounded scale and min (where that scale is not 0)."""
+def quantize_k(x, nmax, rmin, rdelta, nstep):
+    """quantize_row_q4_K_ref and q5_K_ref up to the packing: 8 sub-blocks of 32, each
+    make_qkx2_quants(nmax, weights rms + |x|); the scales and mins as 6-bit multiples of
+    fp16 d = max scale / 63 and dmin = max min / 63; then each value requantized with its
+    sub-block's rounded scale and min (where that scale is not 0). Returns the 16 bytes
+    of d, dmin and the packed scales, and the levels [n][256]."""
     np = import_numpy()
     f, nb = np.float32, len(x)
     sub = np.asfortranarray(x.reshape(nb * 8, 32))  # see sum_in_order
     rms = np.sqrt(sum_in_order(sub * sub) / f(32))
-    L, scales, mins = make_qkx2_quants(sub, rms[:, None] + np.abs(sub), 15, -1.0, 0.1, 20)
+    L, scales, mins = make_qkx2_quants(sub, rms[:, None] + np.abs(sub), nmax, rmin, rdelta, nstep)
     scales, mins = scales.reshape(nb, 8), mins.reshape(nb, 8)
     max_scale, max_min = np.maximum(scales.max(axis=1), f(0)), np.maximum(mins.max(axis=1), f(0))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -1687,14 +1701,33 @@ def quantize_q4_k(x):
         d = as_fp16(d_field)[:, None] * ls.astype(f)
         dm = as_fp16(dmin_field)[:, None] * lm.astype(f)
         again = nearest_int((x.reshape(nb, 8, 32) + dm[:, :, None]) / d[:, :, None])
-    L = np.where((d != 0)[:, :, None], np.clip(again, 0, 15), L.reshape(nb, 8, 32)).reshape(nb, 4, 2, 32)
+    L = np.where((d != 0)[:, :, None], np.clip(again, 0, nmax), L.reshape(nb, 8, 32)).reshape(nb, 256)
     packed = np.empty((nb, 12), np.int64)  # sub-blocks 0-3 in 6 bits, 4-7 split over nibbles and top bits
     packed[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
     packed[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
     packed[:, 8:12] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
-    qs = (L[:, :, 0] | (L[:, :, 1] << 4)).reshape(nb, 128)  # per 64 values: the first 32 low, the next high
-    return np.concatenate([fp16_bytes(d_field), fp16_bytes(dmin_field), packed.astype(np.uint8),
-                           qs.astype(np.uint8)], axis=1)
+    return np.concatenate([fp16_bytes(d_field), fp16_bytes(dmin_field), packed.astype(np.uint8)], axis=1), L
+
+
+def quantize_q4_k(x):
+    """15 levels, scales (14 + 0.1 i) / (max - min) tried; per 64 values, the first 32
+    in the low nibbles of 32 bytes and the next 32 in the high ones."""
+    np = import_numpy()
+    head, L = quantize_k(x, 15, -1.0, 0.1, 20)
+    L = L.reshape(len(x), 4, 2, 32)
+    return np.concatenate([head, (L[:, :, 0] | (L[:, :, 1] << 4)).reshape(len(x), 128).astype(np.uint8)], axis=1)
+
+
+def quantize_q5_k(x):
+    """31 levels, scales (30.5 + 0.1 i) / (max - min) tried; Q4_K's nibbles of the low 4
+    bits after 32 bytes of fifth bits (bit k of byte l: value l of sub-block k)."""
+    np = import_numpy()
+    head, L = quantize_k(x, 31, -0.5, 0.1, 15)
+    L = L.reshape(len(x), 4, 2, 32)
+    fifth = ((L >> 4) & 1) << (2 * np.arange(4)[None, :, None, None] + np.arange(2)[None, None, :, None])
+    low = L & 0xF
+    return np.concatenate([head, fifth.sum(axis=(1, 2)).astype(np.uint8),
+                           (low[:, :, 0] | (low[:, :, 1] << 4)).reshape(len(x), 128).astype(np.uint8)], axis=1)
 
 
 def make_qx_quants_rmse1(x, nmax):
@@ -1752,9 +1785,9 @@ def quantize_q6_k(x):
     return out
 
 
-QUANTIZE = {"Q8_0": quantize_q8_0, "Q5_0": quantize_q5_0, "Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k,
-            "F16": lambda x: fp16_bytes(x.ravel()).reshape(len(x), -1)}
-BLOCK_VALUES = {"Q8_0": 32, "Q5_0": 32, "Q4_K": 256, "Q6_K": 256, "F16": 1}
+QUANTIZE = {"Q8_0": quantize_q8_0, "Q5_0": quantize_q5_0, "Q5_1": quantize_q5_1, "Q4_K": quantize_q4_k,
+            "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k, "F16": lambda x: fp16_bytes(x.ravel()).reshape(len(x), -1)}
+BLOCK_VALUES = {"Q8_0": 32, "Q5_0": 32, "Q5_1": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "F16": 1}
 
 
 def quantize_blocks(kind, w):
@@ -2039,19 +2072,25 @@ class GGUFSource(Source):
         return self._rows(name, parts).tobytes()
 
 
-# --quant's schemes. Q4_K_M is llama.cpp's llama_tensor_get_type for a Llama-shaped model
-# (no experts, not 70B) without an importance matrix: Q4_K, but Q6_K for the classifier
-# (the token embedding when it is shared), and for attn_v and ffn_down in the layers
-# use_more_bits picks; q4k is Q4_K for every matrix. A row that is not whole blocks of
-# the type falls back as llama.cpp's does.
+# --quant's schemes. Q4_K_M is llama.cpp's llama_tensor_get_type for a model without
+# experts and without an importance matrix: Q4_K, but Q6_K for the classifier (the token
+# embedding when it is shared), and for attn_v and ffn_down in the layers use_more_bits
+# picks, and Q5_K for the other attn_v of a model llama.cpp calls 70B; q4k is Q4_K for
+# every matrix. A row that is not whole blocks of the type falls back as llama.cpp's does.
 QUANT_SCHEMES = ("q4_k_m", "q4k", "int8")
-ROW_FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
+ROW_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
 
 def use_more_bits(layer, n_layers):
     """llama.cpp's choice of layers for more bits: the first and last eighth, and every
     third layer between."""
     return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
+
+
+def is_70b(config):
+    """llama.cpp's model type 70B: 80 layers, for llama with fewer KV heads than heads
+    (else 65B), for qwen2 always (its qwen3 has no 80-layer type)."""
+    return config.n_layers == 80 and (config.qkv_bias or not config.qk_norm and config.n_kv_heads != config.n_heads)
 
 
 def row_length(config, name):
@@ -2070,7 +2109,7 @@ def quant_type(scheme, config, name, layer):
     elif name in ("wv", "w2") and use_more_bits(layer, config.n_layers):
         kind = "Q6_K"
     else:
-        kind = "Q4_K"
+        kind = "Q5_K" if name == "wv" and is_70b(config) else "Q4_K"
     if row % BLOCK_VALUES[kind]:
         if kind not in ROW_FALLBACK:
             raise ExportError(f"--quant {scheme}: {name} has rows of {row} values, not whole blocks of 32 "

@@ -2142,13 +2142,16 @@ def test_gguf_q4_k_m(tokenizer):
 # rules read: Q4_K; Q6_K for the classifier (the token embedding when it is shared, Q8_0
 # when its rows are not whole blocks of 256) and for attn_v and ffn_down in the first
 # and last eighth of the layers and every third layer after the first eighth (counting
-# n_layers // 8 as the first); a Q4_K row not whole blocks of 256 falls back to Q5_0, a
-# Q6_K row to Q8_0, and a row not whole blocks of 32 to F16. The layers, spelled out:
-MORE_BITS = {2: {1}, 3: {2}, 8: {0, 3, 6, 7}, 12: {0, 3, 6, 9, 10, 11}}
+# n_layers // 8 as the first); Q5_K for the other attn_v of a 70B model (80 layers: llama
+# with fewer KV heads than heads, or qwen2); a Q4_K row not whole blocks of 256 falls back
+# to Q5_0, a Q5_K row to Q5_1, a Q6_K row to Q8_0, and a row not whole blocks of 32 to
+# F16. The layers, spelled out:
+MORE_BITS = {2: {1}, 3: {2}, 8: {0, 3, 6, 7}, 12: {0, 3, 6, 9, 10, 11},
+             80: set(range(10)) | set(range(12, 70, 3)) | set(range(70, 80))}
 QUANT_TABLE = {"Q4_K": (2, 0), "Q6_K": (1, 16), "Q8_0": (1, 32)}  # the others: (1, group size)
 
 
-def q4_k_m_type(name, layers, dim, hidden, q_dim, tied, scheme="Q4_K_M"):
+def q4_k_m_type(name, layers, dim, hidden, q_dim, tied, seventy_b, scheme="Q4_K_M"):
     short = name.split(".")[-2]
     row = {"ffn_down": hidden, "attn_output": q_dim}.get(short, dim)
     if scheme == "q4k":
@@ -2158,9 +2161,9 @@ def q4_k_m_type(name, layers, dim, hidden, q_dim, tied, scheme="Q4_K_M"):
     elif short in ("attn_v", "ffn_down") and int(name.split(".")[1]) in MORE_BITS[layers]:
         t = "Q6_K"
     else:
-        t = "Q4_K"
-    if row % 256 and t in ("Q4_K", "Q6_K"):
-        t = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}[t]
+        t = "Q5_K" if short == "attn_v" and seventy_b else "Q4_K"
+    if row % 256:
+        t = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}.get(t, t)
     return t if row % 32 == 0 else "F16"
 
 
@@ -2195,11 +2198,11 @@ def test_quant_blocks():
     x[21, :512] = 3.0  # two constant Q4_K blocks
     bad = []
     with np.errstate(all="ignore"):
-        for kind, per in (("Q8_0", 32), ("Q5_0", 32), ("Q4_K", 256), ("Q6_K", 256)):
+        for kind, per in (("Q8_0", 32), ("Q5_0", 32), ("Q5_1", 32), ("Q4_K", 256), ("Q5_K", 256), ("Q6_K", 256)):
             got, want = ex.quantize_blocks(kind, x), QUANTIZERS[kind](x.reshape(-1, per))
             if not np.array_equal(got, want):
                 bad.append(f"{kind}: rows {sorted(set(np.nonzero((got != want).any(axis=1))[0] * per // 1024))[:6]}")
-    ok("--quant's quantizers (Q8_0, Q5_0, Q4_K, Q6_K) equal the reference's on random and edge-case blocks "
+    ok("--quant's quantizers (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) equal the reference's on random and edge-case blocks "
        "(zero, constant, tiny, subnormal, huge, one-signed)", not bad, str(bad))
 
 
@@ -2223,21 +2226,25 @@ def quant_case(seed, layers, dim, hidden, tied, heads=4, kv_heads=2, vocab=512, 
 
 def quant_types(cfg, scheme="Q4_K_M"):
     hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    seventy_b = cfg["num_hidden_layers"] == 80 and (cfg["model_type"] == "qwen2" or cfg["model_type"] == "llama" and
+                                                    cfg["num_key_value_heads"] != cfg["num_attention_heads"])
     return lambda name: q4_k_m_type(name, cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"],
-                                    cfg["num_attention_heads"] * hd, cfg["tie_word_embeddings"], scheme)
+                                    cfg["num_attention_heads"] * hd, cfg["tie_word_embeddings"], seventy_b, scheme)
 
 
 def test_quant_recipe():
     """The version 3 type table of --quant Q4_K_M and q4k: each matrix in the type of
     the rule above (Q4_K as q4k, Q6_K as int8 per 16, Q8_0 per 32, Q5_0 and F16 per the
-    group size, named in the note), on 8 and 12 layers and rows not whole blocks."""
+    group size, named in the note), on 8, 12 and 80 layers (70B: Q5_K) and rows not
+    whole blocks."""
     for label, layers, dim, hidden, tied in (("12 layers", 12, 256, 512, False), ("8 layers, tied", 8, 256, 512, True),
                                              ("hidden 352", 3, 256, 352, False), ("dim 288, hidden 344, tied", 2, 288,
-                                                                                   344, True)):
+                                                                                   344, True),
+                                             ("80 layers, 70B", 80, 256, 256, False)):
         cfg, w = quant_case(40 + layers, layers, dim, hidden, tied, edges=False)
         folder = path(f"quant_recipe_{layers}")
         write_hf_folder(folder, w, cfg, "F32")
-        for scheme in ("Q4_K_M", "q4k"):
+        for scheme in ("Q4_K_M", "q4k") if layers < 80 else ("Q4_K_M",):
             out = path(f"quant_recipe_{layers}_{scheme}.bin")
             rc, err = export(out, "--hf", folder, "--quant", scheme)
             if not ok(f"--quant {scheme} ({label}) exports", rc == 0, err[-300:]):
@@ -2248,7 +2255,7 @@ def test_quant_recipe():
             group = int(group.group(1)) if group else 64
             want = [QUANT_TABLE.get(kind(name), (1, group)) for name in got]
             requantized = sorted({kind(name) for name in got} - set(QUANT_TABLE))
-            named = sorted(set(re.findall(r"\((Q5_0|F16)\)", err)))
+            named = sorted(set(re.findall(r"\((Q5_0|Q5_1|Q5_K|F16)\)", err)))
             ok(f"--quant {scheme} ({label}): the type table follows llama.cpp's rule; {requantized or 'nothing'} "
                "requantized and named", table == want and size_ok and named == requantized,
                f"{[(n, t, w_) for n, t, w_ in zip(got, table, want) if t != w_][:4]} {named} {err[-300:]}")
@@ -2332,10 +2339,10 @@ def test_llama_quantize():
     if not binary:
         skip(name, "no llama-quantize (set LLAMA_QUANTIZE=path)")
         return
-    labels = ["12 layers", "hidden 352, tied", "hidden 344, F16", "qwen2"]
+    labels = ["12 layers", "hidden 352, tied", "hidden 344, F16", "qwen2", "80 layers, 70B"]
     cases = [quant_case(60, 12, 256, 512, False), quant_case(61, 3, 256, 352, True),
              quant_case(62, 2, 256, 344, False),
-             quant_case(63, 3, 256, 352, False, heads=8, kind="qwen2")]
+             quant_case(63, 3, 256, 352, False, heads=8, kind="qwen2"), quant_case(64, 80, 256, 256, False, vocab=256)]
     for k, (label, (cfg, w)) in enumerate(zip(labels, cases)):
         f32_gguf, q_gguf, folder = path(f"lq_{k}.f32.gguf"), path(f"lq_{k}.q4_k_m.gguf"), path(f"lq_{k}")
         f32_tensors = gguf_llama_tensors(w, cfg, "F32")
