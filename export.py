@@ -2136,7 +2136,9 @@ class QuantizedSource(Source):
         np = import_numpy()
         kind = self.types[name, layer]
         blocks = quantize_blocks(kind, self.source.tensor(name, layer))
-        if not np.isfinite(DEQUANTIZE[kind](blocks)).all():  # llama-quantize's validation refuses these too
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = np.isfinite(DEQUANTIZE[kind](blocks)).all()
+        if not finite:  # llama-quantize's validation refuses these too
             where = name if layer is None else f"{name} of layer {layer}"
             raise ExportError(f"--quant: {where}: values beyond the range of {kind}'s fp16 fields")
         return blocks

@@ -2208,7 +2208,8 @@ def test_quant_blocks():
 
 def quant_case(seed, layers, dim, hidden, tied, heads=4, kv_heads=2, vocab=512, kind="llama", head_dim=None,
                edges=True):
-    """(config, weights) of a test model for --quant, edge-case rows in every matrix."""
+    """(config, weights) of a test model for --quant, edge-case rows in every matrix
+    (unless edges is False)."""
     if kind == "llama":
         cfg = hf_config(dim=dim, heads=heads, kv_heads=kv_heads, layers=layers, vocab=vocab, hidden=hidden, tied=tied)
     else:
@@ -2305,6 +2306,12 @@ def test_quant_equals_gguf():
     rc, err = export(path("quant_bad.bin"), "--hf", path("quant_eq_0"), "--quant", "q4_k_m", "--version", "2")
     ok("--quant with --version 2: refused in one line naming --quant",
        rc == 2 and "--quant" in err.strip().splitlines()[-1], err)
+    cfg, w = cases[0]
+    w["model.layers.1.mlp.up_proj.weight"][3] = 1e9  # Q4_K's fp16 d overflows, as llama-quantize finds
+    write_hf_folder(path("quant_huge"), w, cfg, "F32")
+    rc, err = export(path("quant_huge.bin"), "--hf", path("quant_huge"), "--quant", "Q4_K_M")
+    ok("--quant of values beyond fp16's range: refused in one line naming --quant and the matrix",
+       rc == 1 and len(err.strip().splitlines()) == 1 and "--quant: w3 of layer 1" in err, err)
 
 
 def test_quant_generation(tokenizer):
