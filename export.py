@@ -26,11 +26,17 @@ Models (need numpy; torch only where noted):
                                                   # each matrix in its own type, losslessly where it can be:
                                                   #   Q4_K copied as q4k, Q6_K as int8 per 16, Q8_0 and Q4_0
                                                   #   as int8 per 32; the others requantized (and named)
+  python3 export.py model_q4km.bin --hf DIR --quant Q4_K_M
+                                                  # any input to version 3 as llama.cpp's llama-quantize
+                                                  #   makes Q4_K_M: the same bytes as --gguf of its file
 
 Options for models:
   --version 0|1|2|3  output format (default 1): 0 = legacy llama2.c layout,
                      1 = fp32 with a 256-byte header, 2 = int8 (Q8_0) with fp32 scales,
                      3 = a type per matrix (int8, or q4k kept from the input)
+  --quant Q4_K_M|q4k|int8
+                     version 3 in llama.cpp's types: Q4_K_M with llama-quantize's choice of type per
+                     matrix and its rounding; q4k: Q4_K for every matrix; int8: as --version 3
   --group-size G     quantization group for versions 2 and 3 (default 64); when it does not
                      divide dim, hidden_dim (and n_heads * head_size), the largest power of two below it that
                      does is used (with a note on stderr)
@@ -1519,6 +1525,280 @@ DEQUANTIZE = {"F16": dequantize_f16, "BF16": dequantize_bf16, "Q4_0": dequantize
               "Q5_0": dequantize_q5_0, "Q5_1": dequantize_q5_1, "Q8_0": dequantize_q8_0, "Q4_K": dequantize_q4_k,
               "Q5_K": dequantize_q5_k, "Q6_K": dequantize_q6_k}
 
+# Version 3 keeps these GGUF types exactly: Q4_K as it is; Q8_0 (q * d), Q4_0 ((q - 8) * d)
+# and Q6_K (d * scale * (q - 32), d * scale exact in fp32) as int8 with their scales.
+EXACT_TYPES = {"Q4_K": (TYPE_Q4K, 0), "Q8_0": (TYPE_INT8, 32), "Q4_0": (TYPE_INT8, 32), "Q6_K": (TYPE_INT8, 16)}
+
+
+def exact_parts(kind, blocks):
+    """A matrix of a type EXACT_TYPES keeps, from its blocks (uint8 [n][block bytes]):
+    Q4_K's blocks as they are, the others as (int8 values, fp32 scales)."""
+    np = import_numpy()
+    if kind == "Q4_K":
+        return blocks
+    if kind == "Q8_0":
+        q, scale = np.ascontiguousarray(blocks[:, 2:]).view(np.int8), f16_field(blocks, 0)
+    elif kind == "Q4_0":
+        q, scale = nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8), f16_field(blocks, 0)
+    else:
+        q, scale = q6_k_parts(blocks)
+    return q.ravel(), scale.ravel()
+
+
+# ===========================================================================
+# Quantization as llama-quantize does it without an importance matrix (--quant): ggml's
+# quantize_row_*_ref, step for step in float32 (sums added left to right as its loops
+# add them), vectorized over blocks. Each quantizer takes float32 [n][values per block]
+# and returns the blocks' bytes, uint8 [n][block bytes].
+
+def nearest_int(v):
+    """ggml's nearest_int: the low mantissa bits of v + 1.5 * 2^23 in float32, which is
+    v rounded half to even (and, as in C, something definite for any input)."""
+    np = import_numpy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        bits = (np.asarray(v, np.float32) + np.float32(12582912.0)).view(np.int32)
+    return (bits & 0x7FFFFF) - 0x400000
+
+
+def sum_in_order(a):
+    """The sum along the last axis, left to right in float32 (numpy's sum is pairwise).
+    Fast on Fortran-ordered arrays, whose columns are contiguous."""
+    total = a[..., 0].copy()
+    for i in range(1, a.shape[-1]):
+        total += a[..., i]
+    return total
+
+
+def fp16_bytes(x):
+    """float32 [n] -> fp16 (round to nearest even, as ggml's conversion) bytes [n][2]."""
+    np = import_numpy()
+    with np.errstate(over="ignore"):
+        return np.asarray(x, np.float32).astype("<f2").view(np.uint8).reshape(-1, 2)
+
+
+def as_fp16(x):
+    """x rounded to fp16 and back: the value a block's fp16 field holds."""
+    np = import_numpy()
+    return fp16_bytes(x).view("<f2").astype(np.float32).reshape(np.shape(x))
+
+
+def inverse_or_zero(d):
+    """id = d ? 1.0f/d : 0.0f"""
+    np = import_numpy()
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+
+
+def c_int8(v):
+    """C's (int8_t) of a float on x86-64: truncated to int32 (INT_MIN when out of range
+    or NaN), the low byte kept."""
+    np = import_numpy()
+    with np.errstate(invalid="ignore"):
+        fits = np.abs(v) < 2.0 ** 31
+        i = np.where(fits, np.trunc(np.where(fits, v, 0)), -2.0 ** 31).astype(np.int64)
+    return ((i + 128) & 0xFF) - 128
+
+
+def signed_absmax(x):
+    """Each row's first value of the largest magnitude (ggml's `if (amax < fabsf(v))` loop)."""
+    np = import_numpy()
+    return x[np.arange(len(x)), np.argmax(np.abs(x), axis=1)]
+
+
+def quantize_q8_0(x):
+    """d = amax / 127, q = roundf(x / d) (half away from zero)."""
+    np = import_numpy()
+    d = np.abs(x).max(axis=1) / np.float32(127)
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = x * inverse_or_zero(d)[:, None]
+        t = np.trunc(v)
+        q = t + np.where(np.abs(v - t) >= 0.5, np.sign(v), np.float32(0))
+    return np.concatenate([fp16_bytes(d), c_int8(q).astype(np.int8).view(np.uint8)], axis=1)
+
+
+def quantize_q5_0(x):
+    """d = (value of largest magnitude) / -16, q = min(31, (int8)(x / d + 16.5)); the low 4
+    bits of value j and j + 16 in byte j, the fifth bits in the uint32 at bytes 2-5."""
+    np = import_numpy()
+    d = signed_absmax(x) / np.float32(-16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        xi = np.minimum(31, c_int8(x * inverse_or_zero(d)[:, None] + np.float32(16.5))) & 0xFF
+    qh = (((xi >> 4) & 1) << np.arange(32)).sum(axis=1).astype("<u4").view(np.uint8).reshape(-1, 4)
+    qs = ((xi[:, :16] & 0xF) | ((xi[:, 16:] & 0xF) << 4)).astype(np.uint8)
+    return np.concatenate([fp16_bytes(d), qh, qs], axis=1)
+
+
+def quantize_q5_1(x):
+    """d = (max - min) / 31, q = (uint8)((x - min) / d + 0.5); fp16 d and min, then
+    Q5_0's fifth bits and low nibbles."""
+    np = import_numpy()
+    lo = x.min(axis=1)
+    d = (x.max(axis=1) - lo) / np.float32(31)
+    with np.errstate(invalid="ignore", over="ignore"):
+        xi = c_int8((x - lo[:, None]) * inverse_or_zero(d)[:, None] + np.float32(0.5)) & 0xFF
+    qh = (((xi >> 4) & 1) << np.arange(32)).sum(axis=1).astype("<u4").view(np.uint8).reshape(-1, 4)
+    qs = ((xi[:, :16] & 0xF) | ((xi[:, 16:] & 0xF) << 4)).astype(np.uint8)
+    return np.concatenate([fp16_bytes(d), fp16_bytes(lo), qh, qs], axis=1)
+
+
+def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
+    """ggml's make_qkx2_quants (squared error) on each row of x with weights w: levels 0..nmax
+    for scale * L + min with min <= 0, the best of the scales (rmin + rdelta * i + nmax) /
+    (max - min) for i = 0..nstep, each with its least-squares scale and min, by weighted
+    error against nmax / (max - min). Returns (L, scale, -min)."""
+    np = import_numpy()
+    f = np.float32
+    lo, hi = x.min(axis=1), x.max(axis=1)
+    lo = np.where(lo > 0, f(0), lo)
+    flat = hi == lo
+    sum_w, sum_x = sum_in_order(w), sum_in_order(w * x)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = f(nmax) / (hi - lo)
+        scale = f(1) / iscale
+        L = np.clip(nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax).astype(f)
+        diff = scale[:, None] * L + lo[:, None] - x
+        best = sum_in_order(w * (diff * diff))
+        the_min = lo
+        for step in range(nstep + 1):  # each try starts from the best min so far, as ggml's loop does
+            iscale = (f(rmin) + f(rdelta) * f(step) + f(nmax)) / (hi - the_min)
+            levels = np.clip(nearest_int(iscale[:, None] * (x - the_min[:, None])), 0, nmax).astype(f)
+            wl = w * levels
+            sum_l, sum_l2, sum_xl = sum_in_order(wl), sum_in_order(wl * levels), sum_in_order(wl * x)
+            D = sum_w * sum_l2 - sum_l * sum_l
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            positive = this_min > 0
+            this_min = np.where(positive, f(0), this_min)
+            this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
+            diff = this_scale[:, None] * levels + this_min[:, None] - x
+            error = sum_in_order(w * (diff * diff))
+            better = (D > 0) & (error < best)
+            L = np.where(better[:, None], levels, L)
+            best = np.where(better, error, best)
+            scale = np.where(better, this_scale, scale)
+            the_min = np.where(better, this_min, the_min)
+    L[flat] = 0  # max == min: all levels 0, scale 0, the min kept
+    return L.astype(np.int64), np.where(flat, f(0), scale), -np.where(flat, lo, the_min)
+
+
+def quantize_k(x, nmax, rmin, rdelta, nstep):
+    """quantize_row_q4_K_ref and q5_K_ref up to the packing: 8 sub-blocks of 32, each
+    make_qkx2_quants(nmax, weights rms + |x|); the scales and mins as 6-bit multiples of
+    fp16 d = max scale / 63 and dmin = max min / 63; then each value requantized with its
+    sub-block's rounded scale and min (where that scale is not 0). Returns the 16 bytes
+    of d, dmin and the packed scales, and the levels [n][256]."""
+    np = import_numpy()
+    f, nb = np.float32, len(x)
+    sub = np.asfortranarray(x.reshape(nb * 8, 32))  # see sum_in_order
+    rms = np.sqrt(sum_in_order(sub * sub) / f(32))
+    L, scales, mins = make_qkx2_quants(sub, rms[:, None] + np.abs(sub), nmax, rmin, rdelta, nstep)
+    scales, mins = scales.reshape(nb, 8), mins.reshape(nb, 8)
+    max_scale, max_min = np.maximum(scales.max(axis=1), f(0)), np.maximum(mins.max(axis=1), f(0))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ls = np.minimum(63, nearest_int(np.where(max_scale > 0, f(63) / max_scale, f(0))[:, None] * scales) & 0xFF)
+        lm = np.minimum(63, nearest_int(np.where(max_min > 0, f(63) / max_min, f(0))[:, None] * mins) & 0xFF)
+        d_field, dmin_field = max_scale / f(63), max_min / f(63)
+        d = as_fp16(d_field)[:, None] * ls.astype(f)
+        dm = as_fp16(dmin_field)[:, None] * lm.astype(f)
+        again = nearest_int((x.reshape(nb, 8, 32) + dm[:, :, None]) / d[:, :, None])
+    L = np.where((d != 0)[:, :, None], np.clip(again, 0, nmax), L.reshape(nb, 8, 32)).reshape(nb, 256)
+    packed = np.empty((nb, 12), np.int64)  # sub-blocks 0-3 in 6 bits, 4-7 split over nibbles and top bits
+    packed[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
+    packed[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
+    packed[:, 8:12] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
+    return np.concatenate([fp16_bytes(d_field), fp16_bytes(dmin_field), packed.astype(np.uint8)], axis=1), L
+
+
+def quantize_q4_k(x):
+    """15 levels, scales (14 + 0.1 i) / (max - min) tried; per 64 values, the first 32
+    in the low nibbles of 32 bytes and the next 32 in the high ones."""
+    np = import_numpy()
+    head, L = quantize_k(x, 15, -1.0, 0.1, 20)
+    L = L.reshape(len(x), 4, 2, 32)
+    return np.concatenate([head, (L[:, :, 0] | (L[:, :, 1] << 4)).reshape(len(x), 128).astype(np.uint8)], axis=1)
+
+
+def quantize_q5_k(x):
+    """31 levels, scales (30.5 + 0.1 i) / (max - min) tried; Q4_K's nibbles of the low 4
+    bits after 32 bytes of fifth bits (bit k of byte l: value l of sub-block k)."""
+    np = import_numpy()
+    head, L = quantize_k(x, 31, -0.5, 0.1, 15)
+    L = L.reshape(len(x), 4, 2, 32)
+    fifth = ((L >> 4) & 1) << (2 * np.arange(4)[None, :, None, None] + np.arange(2)[None, None, :, None])
+    low = L & 0xF
+    return np.concatenate([head, fifth.sum(axis=(1, 2)).astype(np.uint8),
+                           (low[:, :, 0] | (low[:, :, 1] << 4)).reshape(len(x), 128).astype(np.uint8)], axis=1)
+
+
+def make_qx_quants_rmse1(x, nmax):
+    """ggml's make_qx_quants(rmse_type 1, no weights) on each row of x: levels -nmax..nmax-1
+    for scale * l, weights x^2, the best of the scales -(nmax + 0.1 i) / max for i = 0,
+    -9..9 by sum(w x l)^2 / sum(w l^2), each with its least-squares scale. Returns
+    (L = l + nmax, scale); a row of magnitude under 1e-15 gives L 0, scale 0."""
+    np = import_numpy()
+    f = np.float32
+    top = signed_absmax(x)
+    zero = np.abs(top) < f(1e-15)
+    w = x * x
+
+    def attempt(iscale):
+        levels = np.clip(nearest_int(iscale[:, None] * x), -nmax, nmax - 1).astype(f)
+        return levels, sum_in_order(w * x * levels), sum_in_order(w * levels * levels)
+
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        L, sumlx, suml2 = attempt(f(-nmax) / top)
+        scale = np.where(suml2 != 0, sumlx / suml2, f(0))
+        best = scale * sumlx
+        for step in [i for i in range(-9, 10) if i]:
+            levels, sumlx, suml2 = attempt(-(f(nmax) + f(0.1) * f(step)) / top)
+            better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+            L = np.where(better[:, None], levels, L)
+            scale = np.where(better, sumlx / suml2, scale)
+            best = np.where(better, scale * sumlx, best)
+    return np.where(zero[:, None], 0, L.astype(np.int64) + nmax), np.where(zero, f(0), scale)
+
+
+def quantize_q6_k(x):
+    """quantize_row_q6_K_ref: 16 sub-blocks of 16, each make_qx_quants(32, rmse 1); the
+    scales as int8 multiples of fp16 d = (scale of largest magnitude) / -128; then each
+    value requantized with its sub-block's rounded scale (where it is not 0). A block whose
+    scales are all under 1e-15 is all zero bytes."""
+    np = import_numpy()
+    f, nb = np.float32, len(x)
+    L, scales = make_qx_quants_rmse1(np.asfortranarray(x.reshape(nb * 16, 16)), 32)  # see sum_in_order
+    scales = scales.reshape(nb, 16)
+    top = signed_absmax(scales)
+    empty = np.abs(top) < f(1e-15)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = f(-128) / top
+        d_field = f(1) / iscale
+        sc = ((np.minimum(127, nearest_int(iscale[:, None] * scales)) + 128) & 0xFF) - 128
+        d = as_fp16(d_field)[:, None] * sc.astype(f)
+        again = nearest_int(x.reshape(nb, 16, 16) / d[:, :, None])
+    L = np.where((d != 0)[:, :, None], np.clip(again, -32, 31) + 32, L.reshape(nb, 16, 16)).reshape(nb, 2, 4, 32)
+    ql = np.concatenate([L[:, :, 0] & 0xF | (L[:, :, 2] & 0xF) << 4, L[:, :, 1] & 0xF | (L[:, :, 3] & 0xF) << 4],
+                        axis=2)  # per half of 128: values l and l + 64 in byte l, l + 32 and l + 96 in l + 32
+    qh = L[:, :, 0] >> 4 | (L[:, :, 1] >> 4) << 2 | (L[:, :, 2] >> 4) << 4 | (L[:, :, 3] >> 4) << 6
+    out = np.concatenate([ql.reshape(nb, 128).astype(np.uint8), qh.reshape(nb, 64).astype(np.uint8),
+                          sc.astype(np.int8).view(np.uint8), fp16_bytes(d_field)], axis=1)
+    out[empty] = 0
+    return out
+
+
+QUANTIZE = {"Q8_0": quantize_q8_0, "Q5_0": quantize_q5_0, "Q5_1": quantize_q5_1, "Q4_K": quantize_q4_k,
+            "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k, "F16": lambda x: fp16_bytes(x.ravel()).reshape(len(x), -1)}
+BLOCK_VALUES = {"Q8_0": 32, "Q5_0": 32, "Q5_1": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "F16": 1}
+
+
+def quantize_blocks(kind, w):
+    """float32 values (rows a whole number of blocks) -> uint8 [n][block bytes] of ggml type
+    kind, in pieces of about a million values so that the temporaries stay small."""
+    np = import_numpy()
+    per_block = BLOCK_VALUES[kind]
+    blocks = np.ascontiguousarray(w, np.float32).reshape(-1, per_block)
+    step = max(1, (1 << 20) // per_block)
+    return np.concatenate([QUANTIZE[kind](blocks[i:i + step]) for i in range(0, len(blocks), step)])
+
 
 # Llama 3.1's and 3.2's low_freq_factor, high_freq_factor and original context: the
 # first guess when a GGUF's rope_freqs.weight is turned back into the llama3 rule
@@ -1774,40 +2054,109 @@ class GGUFSource(Source):
         return self._rows(name, self.gguf.read_float32(self.gguf.tensors[self._name(name, layer)]))
 
     def q80(self, name, layer, group_size):
-        tensor = self.gguf.tensors[self._name(name, layer)]
-        if tensor.type != GGML_Q8_0 or group_size != 32:
+        if self.source_type(name, layer) != "Q8_0" or group_size != 32:
             return None
-        np = import_numpy()
-        self.gguf.release()
-        blocks = self.gguf.blocks(tensor)
-        return (self._rows(name, np.ascontiguousarray(blocks[:, 2:]).view(np.int8)),
-                self._rows(name, f16_field(blocks, 0).ravel()))
-
-    # Version 3 keeps these types exactly: Q4_K as it is; Q8_0 (q * d), Q4_0 ((q - 8) * d)
-    # and Q6_K (d * scale * (q - 32), d * scale exact in fp32) as int8 with their scales.
-    EXACT_TYPES = {"Q4_K": (TYPE_Q4K, 0), "Q8_0": (TYPE_INT8, 32), "Q4_0": (TYPE_INT8, 32), "Q6_K": (TYPE_INT8, 16)}
+        return self.exact(name, layer)
 
     def source_type(self, name, layer):
         return GGML_TYPES[self.gguf.tensors[self._name(name, layer)].type][0]
 
     def exact_type(self, name, layer):
-        return self.EXACT_TYPES.get(self.source_type(name, layer))
+        return EXACT_TYPES.get(self.source_type(name, layer))
 
     def exact(self, name, layer):
-        np = import_numpy()
-        tensor = self.gguf.tensors[self._name(name, layer)]
-        kind = GGML_TYPES[tensor.type][0]
         self.gguf.release()
-        blocks = self.gguf.blocks(tensor)
-        if kind == "Q4_K":
-            return self._rows(name, blocks).tobytes()
-        if kind == "Q8_0":
-            return self.q80(name, layer, 32)
-        if kind == "Q4_0":
-            q, scale = nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8), f16_field(blocks, 0)
-        else:
-            q, scale = q6_k_parts(blocks)
-        return self._rows(name, q.ravel()), self._rows(name, scale.ravel())
+        parts = exact_parts(self.source_type(name, layer), self.gguf.blocks(self.gguf.tensors[self._name(name, layer)]))
+        if isinstance(parts, tuple):
+            return tuple(self._rows(name, p) for p in parts)
+        return self._rows(name, parts).tobytes()
+
+
+# --quant's schemes. Q4_K_M is llama.cpp's llama_tensor_get_type for a model without
+# experts and without an importance matrix: Q4_K, but Q6_K for the classifier (the token
+# embedding when it is shared), and for attn_v and ffn_down in the layers use_more_bits
+# picks, and Q5_K for the other attn_v of a model llama.cpp calls 70B; q4k is Q4_K for
+# every matrix. A row that is not whole blocks of the type falls back as llama.cpp's does.
+QUANT_SCHEMES = ("q4_k_m", "q4k", "int8")
+ROW_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+
+
+def use_more_bits(layer, n_layers):
+    """llama.cpp's choice of layers for more bits: the first and last eighth, and every
+    third layer between."""
+    return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
+
+
+def is_70b(config):
+    """llama.cpp's model type 70B: 80 layers, for llama with fewer KV heads than heads
+    (else 65B), for qwen2 always (its qwen3 has no 80-layer type)."""
+    return config.n_layers == 80 and (config.qkv_bias or not config.qk_norm and config.n_kv_heads != config.n_heads)
+
+
+def row_length(config, name):
+    """The values in one row of a matrix (GGUF's ne[0]), which its blocks must divide."""
+    return config.shape(name)[1]
+
+
+def quant_type(scheme, config, name, layer):
+    """The ggml type llama-quantize gives this matrix under scheme (q4_k_m or q4k)."""
+    row = row_length(config, name)
+    classifier = name == "output" or name == "tok_embeddings" and config.shared_classifier
+    if scheme == "q4k":
+        kind = "Q4_K"
+    elif classifier:  # llama.cpp: Q8_0 when the row is not whole Q4_K blocks, else Q6_K
+        kind = "Q6_K" if row % Q4K_BLOCK == 0 else "Q8_0"
+    elif name in ("wv", "w2") and use_more_bits(layer, config.n_layers):
+        kind = "Q6_K"
+    else:
+        kind = "Q5_K" if name == "wv" and is_70b(config) else "Q4_K"
+    if row % BLOCK_VALUES[kind]:
+        if kind not in ROW_FALLBACK:
+            raise ExportError(f"--quant {scheme}: {name} has rows of {row} values, not whole blocks of 32 "
+                              "(llama-quantize refuses it too)")
+        kind = ROW_FALLBACK[kind]
+    return kind if row % BLOCK_VALUES[kind] == 0 else "F16"
+
+
+class QuantizedSource(Source):
+    """--quant: another source's matrices in the ggml types llama-quantize would give them
+    (quant_type), quantized as it quantizes from float32, and then handed to the writer as
+    GGUFSource hands over a file of those types: Q4_K as q4k, Q6_K and Q8_0 as int8 exactly,
+    the others (Q5_0, F16) dequantized for int8 at the group size. So --quant Q4_K_M of a
+    model writes the same bytes as --gguf of llama-quantize's Q4_K_M file of it."""
+
+    def __init__(self, source, scheme):
+        self.source, self.config = source, source.config
+        self.types = {(name, layer): quant_type(scheme, self.config, name, layer)
+                      for name, layer in layout(3, self.config) if name not in VECTORS}
+        self.show_progress = source.show_progress or sum(math.prod(self.config.shape(name))
+                                                         for name, _ in self.types) > 10 ** 8
+
+    def _blocks(self, name, layer):
+        np = import_numpy()
+        kind = self.types[name, layer]
+        blocks = quantize_blocks(kind, self.source.tensor(name, layer))
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = np.isfinite(DEQUANTIZE[kind](blocks)).all()
+        if not finite:  # llama-quantize's validation refuses these too
+            where = name if layer is None else f"{name} of layer {layer}"
+            raise ExportError(f"--quant: {where}: values beyond the range of {kind}'s fp16 fields")
+        return blocks
+
+    def load(self, name, layer):
+        if name in VECTORS:
+            return self.source.tensor(name, layer)
+        return DEQUANTIZE[self.types[name, layer]](self._blocks(name, layer)).reshape(self.config.shape(name))
+
+    def source_type(self, name, layer):
+        return self.types[name, layer]
+
+    def exact_type(self, name, layer):
+        return EXACT_TYPES.get(self.types[name, layer])
+
+    def exact(self, name, layer):
+        parts = exact_parts(self.types[name, layer], self._blocks(name, layer))
+        return parts if isinstance(parts, tuple) else parts.tobytes()
 
 
 # ===========================================================================
@@ -1995,8 +2344,11 @@ def main(argv=None):
     source.add_argument("--bin", metavar="FILE", help="a checkpoint run.c reads (version 0, 1, 2 or 3)")
     source.add_argument("--gguf", metavar="FILE", help="a GGUF file of architecture llama (llama.cpp's format)")
     source.add_argument("--tokenizer", metavar="FILE", help="tokenizer.model, tokenizer.json or a GGUF file")
-    parser.add_argument("--version", type=int, choices=(0, 1, 2, 3), default=1,
+    parser.add_argument("--version", type=int, choices=(0, 1, 2, 3), default=None,
                         help="output checkpoint version (default 1)")
+    parser.add_argument("--quant", type=str.lower, choices=QUANT_SCHEMES, default=None,
+                        help="version 3 with llama.cpp's types: Q4_K_M (llama-quantize's recipe and rounding), "
+                             "q4k (Q4_K for every matrix) or int8 (as --version 3)")
     parser.add_argument("--group-size", type=int, default=64,
                         help="int8 group size of versions 2 and 3 (default 64)")
     parser.add_argument("--seq-len", type=int, default=None,
@@ -2004,6 +2356,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.group_size <= 0:
         parser.error("--group-size must be positive")
+    if args.quant and (args.tokenizer or args.version not in (None, 3)):
+        parser.error("--quant writes a version 3 model checkpoint: not with --tokenizer or another --version")
+    version = 3 if args.quant else 1 if args.version is None else args.version
 
     try:
         if args.tokenizer:
@@ -2019,7 +2374,9 @@ def main(argv=None):
                 src = GGUFSource(args.gguf, args.seq_len)
             else:
                 src = BinSource(args.bin, args.seq_len)
-            what = write_atomically(args.out, lambda f: export_model(src, f, args.version, args.group_size))
+            if args.quant in ("q4_k_m", "q4k"):
+                src = QuantizedSource(src, args.quant)
+            what = write_atomically(args.out, lambda f: export_model(src, f, version, args.group_size))
     except ExportError as e:
         print(f"export.py: error: {e}", file=sys.stderr)
         return 1

