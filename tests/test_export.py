@@ -2020,8 +2020,9 @@ V3_ORDER = ["token_embd", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate
 
 def read_v3(file):
     """A version 3 file as export.py's docstring describes it: header, the type table,
-    and each matrix by GGUF name as ("q4k", block bytes), ("int8", q, scales, group
-    size) or ("fp32", values); whether the sizes add up to the file's."""
+    and each matrix by GGUF name as ("q4k", block bytes), ("q6k", block bytes),
+    ("int8", q, scales, group size) or ("fp32", values); whether the sizes add up to
+    the file's."""
     h = read_checkpoint_header(file)
     dim, hidden, layers, heads, kvh, vocab, _ = h["config"]
     per_layer, single = gguf_shapes(dim, hidden, layers, heads, kvh, vocab)
@@ -2042,6 +2043,9 @@ def read_v3(file):
         if t == 2:
             out[name] = ("q4k", data[pos:pos + n // 256 * 144])
             pos += n // 256 * 144
+        elif t == 3:
+            out[name] = ("q6k", data[pos:pos + n // 256 * 210])
+            pos += n // 256 * 210
         elif t == 1:
             out[name] = ("int8", np.frombuffer(data, np.int8, n, pos), np.frombuffer(data, "<f4", n // g, pos + n), g)
             pos += n + 4 * (n // g)
@@ -2052,8 +2056,8 @@ def read_v3(file):
 
 
 def test_gguf_q4_k_m(tokenizer):
-    """--version 3 from a GGUF of Q4_K_M's types: Q4_K blocks copied byte for byte,
-    Q6_K, Q8_0 and Q4_0 as int8 whose values times scales are the reference
+    """--version 3 from a GGUF of Q4_K_M's types: Q4_K and Q6_K blocks copied byte for
+    byte, Q8_0 and Q4_0 as int8 whose values times scales are the reference
     dequantizer's, bit for bit; the F16 matrix requantized, and named; ./run's
     greedy text equals the numpy reference on the GGUF's weights; --bin reads the
     file back (to fp32, and to itself)."""
@@ -2084,16 +2088,16 @@ def test_gguf_q4_k_m(tokenizer):
     ok("--version 3 names the matrix it requantizes (attn_output of layer 1, F16) and no other",
        "quantized to int8 (group size 64): wo of layers 1 (F16)" in err and err.count(" of layers ") == 1, err)
     h, table, got, size_ok = read_v3(out)
-    kinds = {"Q4_K": (2, 0), "Q6_K": (1, 16), "Q8_0": (1, 32), "Q4_0": (1, 32), "F16": (1, 64)}
+    kinds = {"Q4_K": (2, 0), "Q6_K": (3, 0), "Q8_0": (1, 32), "Q4_0": (1, 32), "F16": (1, 64)}
     by_name = {name: (t, data) for name, _, t, data in tensors}
     want_table = [kinds[by_name[name][0]] for name in got]
     problems = []
     for name, form in got.items():
         t, data = by_name[name]
-        if t == "Q4_K":
-            if form[0] != "q4k" or form[1] != data:
-                problems.append(f"{name}: not the GGUF's Q4_K bytes")
-        elif t in ("Q6_K", "Q8_0", "Q4_0"):
+        if t in ("Q4_K", "Q6_K"):
+            if form[0] != {"Q4_K": "q4k", "Q6_K": "q6k"}[t] or form[1] != data:
+                problems.append(f"{name}: not the GGUF's {t} bytes")
+        elif t in ("Q8_0", "Q4_0"):
             want = REFERENCE_DEQUANT[t](data)[0]
             q, scales, g = form[1:]
             have = (q.reshape(-1, g).astype(np.float32) * scales[:, None]).ravel()
@@ -2105,8 +2109,8 @@ def test_gguf_q4_k_m(tokenizer):
             have = (q.reshape(-1, g).astype(np.float32) * scales[:, None]).ravel()
             if not np.all(np.abs(have - want) <= np.repeat(scales, g) / 2 * 1.0001):
                 problems.append(f"{name} (F16): int8 off by more than half a step")
-    ok("version 3 file: header (version 3, group size 0), type table, sizes; Q4_K blocks byte for byte; Q6_K, Q8_0, "
-       "Q4_0 as int8 equal to the reference dequantizer bit for bit; F16 within half an int8 step",
+    ok("version 3 file: header (version 3, group size 0), type table, sizes; Q4_K and Q6_K blocks byte for byte; "
+       "Q8_0, Q4_0 as int8 equal to the reference dequantizer bit for bit; F16 within half an int8 step",
        h["version"] == 3 and h["group_size"] == 0 and table == want_table and size_ok and not problems,
        f"{problems[:4]} {table} {h}")
     if tokenizer and have_run():
@@ -2130,6 +2134,21 @@ def test_gguf_q4_k_m(tokenizer):
         ok(f"--bin version 3 -> 1: the {checked} quantized matrices' values are the reference dequantizer's (within "
            "one float32 rounding)", checked == 14 and not bad, str(bad[:4]))
         ok("--bin version 3 -> 3: the same file", same_bytes(again, out))
+    # to version 2: the q6k matrices dequantized, then quantized to int8 (within half a step)
+    v2 = path("q4_k_m.v2.bin")
+    rc, err = export(v2, "--bin", out, "--version", "2", "--group-size", "32")
+    if ok("--bin of a version 3 file to version 2", rc == 0, err):
+        _, int8, size_ok = read_export(v2, 32)
+        bad = []
+        for name, (t, data) in by_name.items():
+            if t == "Q6_K":
+                want = REFERENCE_DEQUANT[t](data)[0]
+                q, scales = int8[name]
+                have = (q.reshape(-1, 32).astype(np.float32) * scales[:, None]).ravel()
+                if not np.all(np.abs(have - want) <= np.repeat(scales, 32) / 2 * 1.0001):
+                    bad.append(name)
+        ok("--bin version 3 -> 2: the q6k matrices within half an int8 step of the reference dequantizer",
+           size_ok and not bad, str(bad[:4]))
 
 
 def test_gguf(tokenizer):
