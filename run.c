@@ -376,14 +376,18 @@ static void matvec_q4k(float *out, const int8_t *xq, const float *xs, const Matr
 #define Q6K_SCALES 192
 #define Q6K_D 208
 
-/* Value k (0-255) of a q6k block (0-63). Each half of 128 values has 64 bytes
-   of low bits and 32 of high bits: values l and l + 64 (l < 64) share the low
-   and high nibble of low byte l; values l % 32 + 32 m (m = 0-3) share high byte
-   l % 32, taking its bit pair m. */
-static int q6k_value(const uint8_t *block, int k) {
-    int half = k / 128, l = k % 128;
-    const uint8_t *low = block + 64 * half, *high = block + Q6K_HIGH_BITS + 32 * half;
-    return (low[l % 64] >> (4 * (l / 64)) & 15) | (high[l % 32] >> (2 * (l / 32)) & 3) << 4;
+/* A q6k block's values q - 32 (-32 to 31), in order. Each half of 128 values
+   has 64 bytes of low bits and 32 of high bits: values l and l + 64 (l < 64)
+   take the low and high nibble of low byte l; values l + 32 m (l < 32, m =
+   0-3) bit pair m of high byte l. Loops over runs of 32 values vectorize. */
+static void q6k_values(const uint8_t *block, int8_t v[Q6K_BLOCK]) {
+    for (int half = 0; half < 2; half++) {
+        const uint8_t *low = block + 64 * half, *high = block + Q6K_HIGH_BITS + 32 * half;
+        for (int m = 0; m < 4; m++)
+            for (int l = 0; l < 32; l++)
+                v[128 * half + 32 * m + l] =
+                    (int8_t)(((low[32 * (m % 2) + l] >> (4 * (m / 2)) & 15) | (high[l] >> (2 * m) & 3) << 4) - 32);
+    }
 }
 
 /* out[i] = W[i] . x for rows [begin, end) of a q6k W, with x as for q4k (one
@@ -397,10 +401,12 @@ static void matvec_q6k(float *out, const int8_t *xq, const float *xs, const Matr
         float val = 0.0f;
         for (int b = 0; b < blocks; b++, block += Q6K_BLOCK_BYTES) {
             const int8_t *x = xq + b * Q6K_BLOCK;
+            int8_t v[Q6K_BLOCK];
+            q6k_values(block, v);
             int32_t dot = 0;
             for (int sub = 0; sub < 16; sub++) {
                 int32_t qx = 0;
-                for (int k = 16 * sub; k < 16 * sub + 16; k++) qx += (q6k_value(block, k) - 32) * x[k];
+                for (int k = 16 * sub; k < 16 * sub + 16; k++) qx += v[k] * x[k];
                 dot += (int8_t)block[Q6K_SCALES + sub] * qx;
             }
             val += xs[b] * (half_to_float(block + Q6K_D) * (float)dot);
@@ -455,10 +461,12 @@ static void embed(float *out, const Matrix *table, int token, int dim) {
             }
     } else {
         const uint8_t *block = table->q6k + (size_t)token * (dim / Q6K_BLOCK) * Q6K_BLOCK_BYTES;
-        for (int b = 0; b < dim / Q6K_BLOCK; b++, block += Q6K_BLOCK_BYTES)
+        for (int b = 0; b < dim / Q6K_BLOCK; b++, block += Q6K_BLOCK_BYTES) {
+            int8_t v[Q6K_BLOCK];
+            q6k_values(block, v);
             for (int k = 0; k < Q6K_BLOCK; k++)
-                out[Q6K_BLOCK * b + k] = half_to_float(block + Q6K_D) * (int8_t)block[Q6K_SCALES + k / 16] *
-                                         (q6k_value(block, k) - 32);
+                out[Q6K_BLOCK * b + k] = half_to_float(block + Q6K_D) * (int8_t)block[Q6K_SCALES + k / 16] * v[k];
+        }
     }
 }
 
@@ -467,8 +475,8 @@ static void embed(float *out, const Matrix *table, int token, int dim) {
 
 /* The input x [n] of the projections that read it. For int8, q4k and q6k
    weights x is also quantized, in groups as the weights' (q4k, q6k: one scale
-   per block of 256), as runq.c does: once for all the projections that share it and its
-   groups (q, k and v; the feed-forward's w1 and w3). */
+   per block of 256), as runq.c does: once for all the projections that share
+   it and its groups (q, k and v; the feed-forward's w1 and w3). */
 typedef struct {
     const float *x;
     int n;
@@ -2834,7 +2842,7 @@ static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int
 }
 
 /* A q6k block's 6-bit values q (0-63) in q[v], v = 4 * half + m holding
-   values 128 half + 32 m + (0-31) (see q6k_value()), and the scales of their
+   values 128 half + 32 m + (0-31) (see q6k_values()), and the scales of their
    two sub-blocks 2 v and 2 v + 1 as int16 in the low and high 8 lanes of
    scales[v], the lanes of vpmaddubsw's sums of the low and high 16 values. */
 static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uint8_t *block, __m256i q[8],
