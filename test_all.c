@@ -2370,6 +2370,8 @@ static void test_fast_matvec_q6k(void) {
         int n = shapes[k][0], d = shapes[k][1];
         uint8_t *blocks = malloc((size_t)d * n / 256 * 210);
         random_q6k_blocks(blocks, (size_t)d * n / 256);
+        /* the extremes in the first block: every q 63 (q - 32 = 31) with scale 127; one-row shapes q 0 (-32) with -128 */
+        memset(blocks, d > 1 ? 0xff : 0, 192), memset(blocks + 192, d > 1 ? 0x7f : 0x80, 16);
         float *x = random_tensor(n, 3, 0), *xs = malloc(n / 256 * sizeof(float));
         int8_t *xq = malloc(n);
         quantize(xq, xs, x, n, 256);
