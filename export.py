@@ -24,7 +24,7 @@ Models (need numpy; torch only where noted):
                                                   #   Q8_0 to --version 2 --group-size 32 is copied exactly
   python3 export.py model.bin --gguf model-Q4_K_M.gguf --version 3
                                                   # each matrix in its own type, losslessly where it can be:
-                                                  #   Q4_K copied as q4k, Q6_K as int8 per 16, Q8_0 and Q4_0
+                                                  #   Q4_K copied as q4k, Q6_K as q6k, Q8_0 and Q4_0
                                                   #   as int8 per 32; the others requantized (and named)
   python3 export.py model_q4km.bin --hf DIR --quant Q4_K_M
                                                   # any input to version 3 as llama.cpp's llama-quantize
@@ -33,7 +33,7 @@ Models (need numpy; torch only where noted):
 Options for models:
   --version 0|1|2|3  output format (default 1): 0 = legacy llama2.c layout,
                      1 = fp32 with a 256-byte header, 2 = int8 (Q8_0) with fp32 scales,
-                     3 = a type per matrix (int8, or q4k kept from the input)
+                     3 = a type per matrix (int8, or q4k and q6k kept from the input)
   --quant Q4_K_M|q4k|int8
                      version 3 in llama.cpp's types: Q4_K_M with llama-quantize's choice of type per
                      matrix and its rounding; q4k: Q4_K for every matrix; int8: as --version 3
@@ -73,9 +73,10 @@ of each head are in interleaved-pair RoPE order (pair i = rows 2i, 2i+1).
   v3: same header with version 3 and group_size 0; then a type table, two int32
       (type, group size) per matrix in file order (token embedding, wq of each
       layer, ..., w3, classifier if not shared): type 0 fp32, 1 int8 (group size:
-      values per scale), 2 q4k (group size 0); then the tensors in v2's order,
-      each matrix in its type: fp32; int8 values then fp32 scales; q4k its rows'
-      blocks of 256 weights in 144 bytes, llama.cpp's Q4_K byte for byte.
+      values per scale), 2 q4k, 3 q6k (group size 0); then the tensors in v2's
+      order, each matrix in its type: fp32; int8 values then fp32 scales; q4k its
+      rows' blocks of 256 weights in 144 bytes, llama.cpp's Q4_K byte for byte;
+      q6k the same in 210 bytes, llama.cpp's Q6_K byte for byte.
 The tensor order of each version is the table LAYOUTS below.
 """
 
@@ -597,8 +598,9 @@ LAYOUTS[2] = LAYOUTS[1]  # the same order, with the matrices in int8
 LAYOUTS[3] = LAYOUTS[1]  # the same order, each matrix in the type its table entry gives
 
 # version 3's type codes
-TYPE_FP32, TYPE_INT8, TYPE_Q4K = 0, 1, 2
-Q4K_BLOCK, Q4K_BLOCK_BYTES = 256, 144
+TYPE_FP32, TYPE_INT8, TYPE_Q4K, TYPE_Q6K = 0, 1, 2, 3
+Q4K_BLOCK, Q4K_BLOCK_BYTES, Q6K_BLOCK_BYTES = 256, 144, 210  # q6k blocks are 256 values too
+BLOCK_BYTES = {TYPE_Q4K: Q4K_BLOCK_BYTES, TYPE_Q6K: Q6K_BLOCK_BYTES}
 
 
 def layout(version, config):
@@ -615,7 +617,7 @@ def matrix_bytes(n, type_code, group_size):
     """Bytes of n values of a version 3 type."""
     if type_code == TYPE_INT8:
         return n + 4 * (n // group_size)
-    return n // Q4K_BLOCK * Q4K_BLOCK_BYTES if type_code == TYPE_Q4K else 4 * n
+    return n // Q4K_BLOCK * BLOCK_BYTES[type_code] if type_code in BLOCK_BYTES else 4 * n
 
 
 def is_quantized(version, name):
@@ -762,12 +764,12 @@ class Source:
 
     def exact_type(self, name, layer):
         """Version 3: (type, group size) in which the source holds the matrix exactly
-        (q4k, or int8 at some group size), to be copied as it is; None: requantized."""
+        (q4k, q6k, or int8 at some group size), to be copied as it is; None: requantized."""
         return None
 
     def exact(self, name, layer):
-        """The matrix in exact_type()'s type: q4k blocks as bytes, or (int8 values,
-        fp32 scales)."""
+        """The matrix in exact_type()'s type: q4k or q6k blocks as bytes, or (int8
+        values, fp32 scales)."""
         raise NotImplementedError
 
     def source_type(self, name, layer):
@@ -1168,7 +1170,7 @@ class BinSource(Source):
                 t, g = struct.unpack_from("<ii", table, 8 * k)
                 cols = self.config.shape(key[0])[1]
                 if not (t == TYPE_FP32 and g == 0 or t == TYPE_INT8 and g > 0 and cols % g == 0
-                        or t == TYPE_Q4K and g == 0 and cols % Q4K_BLOCK == 0):
+                        or t in BLOCK_BYTES and g == 0 and cols % Q4K_BLOCK == 0):
                     raise ExportError(f"{path}: {key[0]} of layer {key[1]}: bad type {t} / group size {g}")
                 types[key] = (t, g)
             offset += len(table)
@@ -1200,12 +1202,14 @@ class BinSource(Source):
             return np.fromfile(self.path, dtype="<f4", count=n, offset=offset).reshape(shape)
         if t == TYPE_Q4K:
             return dequantize_q4_k(self.exact(name, layer)).reshape(shape)
+        if t == TYPE_Q6K:
+            return dequantize_q6_k(self.exact(name, layer)).reshape(shape)
         q, scales = self.exact(name, layer)
         return (q.astype(np.float32).reshape(-1, g) * scales[:, None]).reshape(shape)
 
     def source_type(self, name, layer):
         t, g = self._place(name, layer)[2]
-        return {TYPE_FP32: "fp32", TYPE_INT8: f"int8/{g}", TYPE_Q4K: "q4k"}[t]
+        return {TYPE_FP32: "fp32", TYPE_INT8: f"int8/{g}", TYPE_Q4K: "q4k", TYPE_Q6K: "q6k"}[t]
 
     def exact_type(self, name, layer):
         kind = self._place(name, layer)[2]
@@ -1215,9 +1219,9 @@ class BinSource(Source):
         np = self.np
         offset, shape, (t, g) = self._place(name, layer)
         n = math.prod(shape)
-        if t == TYPE_Q4K:
-            count = n // Q4K_BLOCK * Q4K_BLOCK_BYTES
-            return np.fromfile(self.path, dtype=np.uint8, count=count, offset=offset).reshape(-1, Q4K_BLOCK_BYTES)
+        if t in BLOCK_BYTES:
+            count = n // Q4K_BLOCK * BLOCK_BYTES[t]
+            return np.fromfile(self.path, dtype=np.uint8, count=count, offset=offset).reshape(-1, BLOCK_BYTES[t])
         q = np.fromfile(self.path, dtype=np.int8, count=n, offset=offset)
         return q, np.fromfile(self.path, dtype="<f4", count=n // g, offset=offset + n)
 
@@ -1525,23 +1529,21 @@ DEQUANTIZE = {"F16": dequantize_f16, "BF16": dequantize_bf16, "Q4_0": dequantize
               "Q5_0": dequantize_q5_0, "Q5_1": dequantize_q5_1, "Q8_0": dequantize_q8_0, "Q4_K": dequantize_q4_k,
               "Q5_K": dequantize_q5_k, "Q6_K": dequantize_q6_k}
 
-# Version 3 keeps these GGUF types exactly: Q4_K as it is; Q8_0 (q * d), Q4_0 ((q - 8) * d)
-# and Q6_K (d * scale * (q - 32), d * scale exact in fp32) as int8 with their scales.
-EXACT_TYPES = {"Q4_K": (TYPE_Q4K, 0), "Q8_0": (TYPE_INT8, 32), "Q4_0": (TYPE_INT8, 32), "Q6_K": (TYPE_INT8, 16)}
+# Version 3 keeps these GGUF types exactly: Q4_K and Q6_K as they are; Q8_0 (q * d) and
+# Q4_0 ((q - 8) * d) as int8 with their scales.
+EXACT_TYPES = {"Q4_K": (TYPE_Q4K, 0), "Q6_K": (TYPE_Q6K, 0), "Q8_0": (TYPE_INT8, 32), "Q4_0": (TYPE_INT8, 32)}
 
 
 def exact_parts(kind, blocks):
     """A matrix of a type EXACT_TYPES keeps, from its blocks (uint8 [n][block bytes]):
-    Q4_K's blocks as they are, the others as (int8 values, fp32 scales)."""
+    Q4_K's and Q6_K's blocks as they are, the others as (int8 values, fp32 scales)."""
     np = import_numpy()
-    if kind == "Q4_K":
+    if kind in ("Q4_K", "Q6_K"):
         return blocks
     if kind == "Q8_0":
         q, scale = np.ascontiguousarray(blocks[:, 2:]).view(np.int8), f16_field(blocks, 0)
-    elif kind == "Q4_0":
-        q, scale = nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8), f16_field(blocks, 0)
     else:
-        q, scale = q6_k_parts(blocks)
+        q, scale = nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8), f16_field(blocks, 0)
     return q.ravel(), scale.ravel()
 
 
@@ -2121,7 +2123,7 @@ def quant_type(scheme, config, name, layer):
 class QuantizedSource(Source):
     """--quant: another source's matrices in the ggml types llama-quantize would give them
     (quant_type), quantized as it quantizes from float32, and then handed to the writer as
-    GGUFSource hands over a file of those types: Q4_K as q4k, Q6_K and Q8_0 as int8 exactly,
+    GGUFSource hands over a file of those types: Q4_K as q4k, Q6_K as q6k, Q8_0 as int8 exactly,
     the others (Q5_0, F16) dequantized for int8 at the group size. So --quant Q4_K_M of a
     model writes the same bytes as --gguf of llama-quantize's Q4_K_M file of it."""
 
@@ -2265,7 +2267,7 @@ def write_checkpoint(source, out, version, group_size=0):
             out.write(computed[name])
         elif (name, layer) in types and types[name, layer] == source.exact_type(name, layer):
             data = source.exact(name, layer)
-            for part in (data,) if types[name, layer][0] == TYPE_Q4K else data:
+            for part in (data,) if types[name, layer][0] in BLOCK_BYTES else data:
                 out.write(part)
         elif is_quantized(version, name):
             exact = source.q80(name, layer, group_size)
@@ -2301,7 +2303,7 @@ def export_model(source, out, version, group_size):
         for name, layer in layout(3, source.config):
             if name not in VECTORS:
                 t, g = source.exact_type(name, layer) or (TYPE_INT8, group_size)
-                label = "q4k" if t == TYPE_Q4K else f"int8/{g}"
+                label = {TYPE_Q4K: "q4k", TYPE_Q6K: "q6k"}.get(t, f"int8/{g}")
                 kinds[label] = kinds.get(label, 0) + 1
         return f"version 3 ({', '.join(f'{n} {k}' for k, n in kinds.items())}), {source.config}"
     if version != 2:

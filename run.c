@@ -124,7 +124,7 @@ typedef struct {
     int version;    /* 0 = llama2.c legacy, 1 = fp32 with header, 2 = int8, 3 = a type per matrix */
     int group_size; /* version 2: values per int8 scale; 0 = fp32 weights */
     /* the matrices' forms in brief (version 3's type table), to size buffers */
-    int smallest_group; /* fewest values per scale of an int8 or q4k matrix (q4k: 256); 0 = none */
+    int smallest_group; /* fewest values per scale of an int8, q4k or q6k matrix (q4k, q6k: 256); 0 = none */
     int fp32_matrices;  /* some matrix is fp32 */
     float rope_theta;
     float norm_eps;
@@ -135,16 +135,18 @@ typedef struct {
     int original_max_position_embeddings; /* the context the model was first trained for */
 } Config;
 
-/* A weight matrix of `rows` x `cols`, row-major, in one of three forms: fp32
+/* A weight matrix of `rows` x `cols`, row-major, in one of four forms: fp32
    values; int8 values with one fp32 scale per group of group_size consecutive
-   values (version 2, and version 3's int8 matrices); or (version 3) q4k,
-   llama.cpp's Q4_K blocks byte for byte (see matvec_q4k()). */
+   values (version 2, and version 3's int8 matrices); or (version 3) q4k or
+   q6k, llama.cpp's Q4_K or Q6_K blocks byte for byte (see matvec_q4k(),
+   matvec_q6k()). */
 typedef struct {
     const float *f32;
     const int8_t *q;
     const float *scale;
     int group_size;      /* int8 */
     const uint8_t *q4k;
+    const uint8_t *q6k;
 } Matrix;
 
 typedef struct {
@@ -208,7 +210,7 @@ typedef struct {
     KVCache key_cache, value_cache;
     float *rope_cos; /* [n_pos][head_size / 2] */
     float *rope_sin;
-    int8_t *xq;      /* int8 and q4k weights: a projection's input in int8 [max(dim, hidden_dim, q_dim)] */
+    int8_t *xq;      /* int8, q4k and q6k weights: a projection's input in int8 [max(dim, hidden_dim, q_dim)] */
     float *xq_scale; /* and its scales, one per group */
     int n_pos;       /* positions the caches and RoPE tables hold */
 } RunState;
@@ -368,6 +370,55 @@ static void matvec_q4k(float *out, const int8_t *xq, const float *xs, const Matr
     }
 }
 
+/* q6k, llama.cpp's Q6_K: blocks of 256 weights in 210 bytes. Bytes 0-127: the
+   low 4 bits of each 6-bit value q; 128-191: the high 2 bits; 192-207: an int8
+   scale for each of the 16 sub-blocks of 16 weights; 208-209: fp16 d. A weight
+   is d * scale * (q - 32). */
+#define Q6K_BLOCK 256
+#define Q6K_BLOCK_BYTES 210
+#define Q6K_HIGH_BITS 128
+#define Q6K_SCALES 192
+#define Q6K_D 208
+
+/* A q6k block's values q - 32 (-32 to 31), in order. Each half of 128 values
+   has 64 bytes of low bits and 32 of high bits: values l and l + 64 (l < 64)
+   take the low and high nibble of low byte l; values l + 32 m (l < 32, m =
+   0-3) bit pair m of high byte l. Loops over runs of 32 values vectorize. */
+static void q6k_values(const uint8_t *block, int8_t v[Q6K_BLOCK]) {
+    for (int half = 0; half < 2; half++) {
+        const uint8_t *low = block + 64 * half, *high = block + Q6K_HIGH_BITS + 32 * half;
+        for (int m = 0; m < 4; m++)
+            for (int l = 0; l < 32; l++)
+                v[128 * half + 32 * m + l] =
+                    (int8_t)(((low[32 * (m % 2) + l] >> (4 * (m / 2)) & 15) | (high[l] >> (2 * m) & 3) << 4) - 32);
+    }
+}
+
+/* out[i] = W[i] . x for rows [begin, end) of a q6k W, with x as for q4k (one
+   scale per block of 256). Per block the sum of scale * (q - 32) . x over the
+   sub-blocks is an integer (at most 256 * 128 * 32 * 128 = 2^27), scaled only
+   then: by d, and x's scale. */
+static void matvec_q6k(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+    int blocks = n / Q6K_BLOCK;
+    for (int i = begin; i < end; i++) {
+        const uint8_t *block = w->q6k + (size_t)i * blocks * Q6K_BLOCK_BYTES;
+        float val = 0.0f;
+        for (int b = 0; b < blocks; b++, block += Q6K_BLOCK_BYTES) {
+            const int8_t *x = xq + b * Q6K_BLOCK;
+            int8_t v[Q6K_BLOCK];
+            q6k_values(block, v);
+            int32_t dot = 0;
+            for (int sub = 0; sub < 16; sub++) {
+                int32_t qx = 0;
+                for (int k = 16 * sub; k < 16 * sub + 16; k++) qx += v[k] * x[k];
+                dot += (int8_t)block[Q6K_SCALES + sub] * qx;
+            }
+            val += xs[b] * (half_to_float(block + Q6K_D) * (float)dot);
+        }
+        out[i] = val;
+    }
+}
+
 /* Rotary position embedding: each adjacent pair (v[2i], v[2i+1]) of every head
    is rotated by the angle pos * theta^(-2i/head_size) (see rope_frequency()). */
 static void rope(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos) {
@@ -394,7 +445,7 @@ static void add(float *x, const float *y, int n) {
     for (int i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* Row `token` of the embedding table, dequantized when stored as int8 or q4k. */
+/* Row `token` of the embedding table, dequantized when stored as int8, q4k or q6k. */
 static void embed(float *out, const Matrix *table, int token, int dim) {
     if (table->f32) {
         memcpy(out, table->f32 + (size_t)token * dim, dim * sizeof(float));
@@ -403,7 +454,7 @@ static void embed(float *out, const Matrix *table, int token, int dim) {
         const int8_t *q = table->q + (size_t)token * dim;
         const float *scale = table->scale + (size_t)token * dim / gs;
         for (int i = 0; i < dim; i++) out[i] = q[i] * scale[i / gs];
-    } else {
+    } else if (table->q4k) {
         const uint8_t *block = table->q4k + (size_t)token * (dim / Q4K_BLOCK) * Q4K_BLOCK_BYTES;
         for (int b = 0; b < dim / Q4K_BLOCK; b++, block += Q4K_BLOCK_BYTES)
             for (int j = 0; j < 8; j++) {
@@ -412,16 +463,24 @@ static void embed(float *out, const Matrix *table, int token, int dim) {
                 float d = half_to_float(block) * scale, m = half_to_float(block + 2) * min;
                 for (int k = 0; k < 32; k++) out[Q4K_BLOCK * b + 32 * j + k] = d * q4k_value(block + 16, j, k) - m;
             }
+    } else {
+        const uint8_t *block = table->q6k + (size_t)token * (dim / Q6K_BLOCK) * Q6K_BLOCK_BYTES;
+        for (int b = 0; b < dim / Q6K_BLOCK; b++, block += Q6K_BLOCK_BYTES) {
+            int8_t v[Q6K_BLOCK];
+            q6k_values(block, v);
+            for (int k = 0; k < Q6K_BLOCK; k++)
+                out[Q6K_BLOCK * b + k] = half_to_float(block + Q6K_D) * (int8_t)block[Q6K_SCALES + k / 16] * v[k];
+        }
     }
 }
 
 /* ------------------------------------------------------------------------- */
 /* Projections: out = W x                                                     */
 
-/* The input x [n] of the projections that read it. For int8 and q4k weights x
-   is also quantized, in groups as the weights' (q4k: one scale per block of
-   256), as runq.c does: once for all the projections that share it and its
-   groups (q, k and v; the feed-forward's w1 and w3). */
+/* The input x [n] of the projections that read it. For int8, q4k and q6k
+   weights x is also quantized, in groups as the weights' (q4k, q6k: one scale
+   per block of 256), as runq.c does: once for all the projections that share
+   it and its groups (q, k and v; the feed-forward's w1 and w3). */
 typedef struct {
     const float *x;
     int n;
@@ -432,11 +491,13 @@ typedef struct {
 
 static Input prepare_input(RunState *s, const float *x, int n) { return (Input){x, n, s->xq, s->xq_scale, 0}; }
 
-/* The group size a matrix's input is quantized in: int8 its own, q4k one
-   scale per block; 0 for fp32. */
-static int input_group_size(const Matrix *w) { return w->q4k ? Q4K_BLOCK : w->q ? w->group_size : 0; }
+/* The group size a matrix's input is quantized in: int8 its own, q4k and q6k
+   one scale per block; 0 for fp32. */
+static int input_group_size(const Matrix *w) {
+    return w->q4k ? Q4K_BLOCK : w->q6k ? Q6K_BLOCK : w->q ? w->group_size : 0;
+}
 
-/* out = W x for a weight matrix W [d][n], fp32, int8 or q4k. */
+/* out = W x for a weight matrix W [d][n], fp32, int8, q4k or q6k. */
 static void linear(float *out, Input *in, const Matrix *w, int d) {
     if (w->f32) {
         matvec(out, in->x, w->f32, in->n, 0, d);
@@ -448,6 +509,7 @@ static void linear(float *out, Input *in, const Matrix *w, int d) {
         in->group_size = group_size;
     }
     if (w->q4k) matvec_q4k(out, in->q, in->scale, w, in->n, 0, d);
+    else if (w->q6k) matvec_q6k(out, in->q, in->scale, w, in->n, 0, d);
     else matvec_q8(out, in->q, in->scale, w, in->n, group_size, 0, d);
 }
 
@@ -639,8 +701,8 @@ static const char *const tensor_names[] = {"token_embedding", "rms_att", "wq", "
 /* Version 3's type table follows the header: for each matrix in file order
    (per-layer ones layer by layer), an int32 type and an int32 group size (int8:
    values per scale; else 0). An int8 matrix is its values, then a float scale
-   per group; a q4k one its rows' Q4_K blocks, row after row. */
-typedef enum { TYPE_FP32 = 0, TYPE_INT8 = 1, TYPE_Q4K = 2 } MatrixType;
+   per group; a q4k or q6k one its rows' Q4_K or Q6_K blocks, row after row. */
+typedef enum { TYPE_FP32 = 0, TYPE_INT8 = 1, TYPE_Q4K = 2, TYPE_Q6K = 3 } MatrixType;
 #define TYPE_ENTRY_SIZE 8
 
 static const Tensor legacy_layout[] = {TOKEN_EMBEDDING, RMS_ATT, WQ, WK, WV, WO, RMS_FFN,
@@ -702,6 +764,7 @@ static uint64_t tensor_bytes(TensorShape s, MatrixType type, int group_size) {
     uint64_t values = s.rows * s.cols;
     if (type == TYPE_INT8) return values + 4 * (values / group_size);
     if (type == TYPE_Q4K) return values / Q4K_BLOCK * Q4K_BLOCK_BYTES;
+    if (type == TYPE_Q6K) return values / Q6K_BLOCK * Q6K_BLOCK_BYTES;
     return 4 * values;
 }
 
@@ -857,10 +920,15 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
                     fail("%s: %s: q4k rows of %llu values are not whole blocks of %d", path,
                          tensor_name(name, layout[i], layer), (unsigned long long)s.cols, Q4K_BLOCK);
                 values_per_scale = Q4K_BLOCK;
+            } else if (type == TYPE_Q6K) {
+                if (s.cols % Q6K_BLOCK)
+                    fail("%s: %s: q6k rows of %llu values are not whole blocks of %d", path,
+                         tensor_name(name, layout[i], layer), (unsigned long long)s.cols, Q6K_BLOCK);
+                values_per_scale = Q6K_BLOCK;
             } else if (type == TYPE_FP32) {
                 c->fp32_matrices = 1;
             } else {
-                fail("%s: %s: unknown type code %d (0 fp32, 1 int8, 2 q4k)", path, tensor_name(name, layout[i], layer),
+                fail("%s: %s: unknown type code %d (0 fp32, 1 int8, 2 q4k, 3 q6k)", path, tensor_name(name, layout[i], layer),
                      (int)type);
             }
             if (type != TYPE_INT8 && group_size != 0)
@@ -875,13 +943,16 @@ static uint64_t parse_header(Config *c, const uint8_t *h, size_t avail, const ch
 }
 
 /* Whether every scale of a version 3 matrix is a finite number (fp16 d and
-   dmin of each q4k block, float scales of int8). */
+   dmin of each q4k block, d of each q6k block, float scales of int8). */
 static int finite_scales(const Matrix *m, TensorShape s) {
     uint64_t values = s.rows * s.cols;
     if (m->q4k) {
         for (uint64_t b = 0; b < values / Q4K_BLOCK; b++)
             for (int half = 0; half < 2; half++)
                 if ((m->q4k[b * Q4K_BLOCK_BYTES + 2 * half + 1] & 0x7c) == 0x7c) return 0; /* exponent 31 */
+    } else if (m->q6k) {
+        for (uint64_t b = 0; b < values / Q6K_BLOCK; b++)
+            if ((m->q6k[b * Q6K_BLOCK_BYTES + Q6K_D + 1] & 0x7c) == 0x7c) return 0;
     } else if (m->q) {
         for (uint64_t g = 0; g < values / m->group_size; g++)
             if (!isfinite(m->scale[g])) return 0;
@@ -912,6 +983,8 @@ static void map_weights(Checkpoint *ck, const char *path) {
                 m.scale = (const float *)(p + s.rows * s.cols);
             } else if (type == TYPE_Q4K) {
                 m.q4k = p;
+            } else if (type == TYPE_Q6K) {
+                m.q6k = p;
             } else {
                 m.f32 = (const float *)p;
             }
@@ -2177,6 +2250,7 @@ typedef struct {
     void (*matvec_q8)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                       int begin, int end);
     void (*matvec_q4k)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end);
+    void (*matvec_q6k)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end);
     void (*softmax)(float *x, int n);
     void (*swiglu)(float *hb, const float *hb2, int n);
     /* attention_head() for the n_heads query heads of n_tokens consecutive
@@ -2205,6 +2279,9 @@ typedef struct {
        Q4K_BLOCK) and the inputs' sums over every 32 (q4k_input_sums()) */
     void (*matmul_q4k_tokens)(float *out, size_t out_stride, const int8_t *xq, const float *xs, const int16_t *x_sums,
                               const Matrix *w, int n, int T, int begin, int end);
+    /* and for q6k weights, on quantize()'s values and scales alone */
+    void (*matmul_q6k_tokens)(float *out, size_t out_stride, const int8_t *xq, const float *xs, const Matrix *w, int n,
+                              int T, int begin, int end);
 } KernelSet;
 
 static int cpu_has_always(void) { return 1; }
@@ -2222,7 +2299,8 @@ static void attention_block_plain(float *out, const float *q, int n_tokens, int 
 
 static const KernelSet plain_kernels = {
     .name = "plain", .cpu_has = cpu_has_always, .matvec = matvec, .quantize = quantize, .matvec_q8 = matvec_q8,
-    .matvec_q4k = matvec_q4k, .softmax = softmax, .swiglu = swiglu, .attention_block = attention_block_plain,
+    .matvec_q4k = matvec_q4k, .matvec_q6k = matvec_q6k, .softmax = softmax, .swiglu = swiglu,
+    .attention_block = attention_block_plain,
 };
 
 /* The sums of tokens [first, last)'s int8 inputs over each 32 (the q4k
@@ -2770,6 +2848,104 @@ static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int
                 _mm256_storeu_ps(lanes, val);
                 for (int k = 0; k < 8 && first + k < T; k++) out[(size_t)(first + k) * out_stride + i] = lanes[k];
             }
+        }
+    }
+}
+
+/* A q6k block's 6-bit values q (0-63) in q[v], v = 4 * half + m holding
+   values 128 half + 32 m + (0-31) (see q6k_values()), and the scales of their
+   two sub-blocks 2 v and 2 v + 1 as int16 in the low and high 8 lanes of
+   scales[v], the lanes of vpmaddubsw's sums of the low and high 16 values. */
+static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uint8_t *block, __m256i q[8],
+                                                                       __m256i scales[8]) {
+    const __m256i low_nibbles = _mm256_set1_epi8(15), high_pair = _mm256_set1_epi8(0x30);
+    for (int half = 0; half < 2; half++) {
+        __m256i low0 = _mm256_loadu_si256((const __m256i *)(block + 64 * half));
+        __m256i low1 = _mm256_loadu_si256((const __m256i *)(block + 64 * half + 32));
+        __m256i high = _mm256_loadu_si256((const __m256i *)(block + Q6K_HIGH_BITS + 32 * half));
+        q[4 * half] = _mm256_or_si256(_mm256_and_si256(low0, low_nibbles),
+                                      _mm256_and_si256(_mm256_slli_epi16(high, 4), high_pair));
+        q[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(low1, low_nibbles),
+                                          _mm256_and_si256(_mm256_slli_epi16(high, 2), high_pair));
+        q[4 * half + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low0, 4), low_nibbles),
+                                          _mm256_and_si256(high, high_pair));
+        q[4 * half + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), low_nibbles),
+                                          _mm256_and_si256(_mm256_srli_epi16(high, 2), high_pair));
+    }
+    __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
+    for (int v = 0; v < 8; v++) {
+        long long lo = 0x0101010101010101LL * (2 * v), hi = 0x0101010101010101LL * (2 * v + 1);
+        scales[v] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed, _mm_set_epi64x(hi, lo)));
+    }
+}
+
+/* acc += the sub-block scales times (q - 32) . x for 32 values: vpmaddubsw of
+   q (unsigned, 0-63) and of 32 by the int8 x, each pair sum at most 2 * 63 *
+   128, differ by (q - 32) . x per pair (at most 2 * 32 * 128); vpmaddwd
+   applies the scales. All exact, so the totals are the plain kernel's. */
+static inline __attribute__((always_inline)) AVX2 __m256i q6k_madd_avx2(__m256i acc, __m256i q, __m256i scales,
+                                                                         const int8_t *x) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x);
+    __m256i centered = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(_mm256_set1_epi8(32), xv));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(centered, scales));
+}
+
+/* matvec_q6k() for x86, through q6k_madd_avx2(); the floats are combined as in
+   the plain kernel, so the results are its bits. */
+static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                 int end) {
+    int blocks = n / Q6K_BLOCK;
+    for (int i = begin; i < end; i++) {
+        const uint8_t *block = w->q6k + (size_t)i * blocks * Q6K_BLOCK_BYTES;
+        float val = 0.0f;
+        for (int b = 0; b < blocks; b++, block += Q6K_BLOCK_BYTES) {
+            const int8_t *x = xq + (size_t)Q6K_BLOCK * b;
+            __m256i q[8], scales[8], acc = _mm256_setzero_si256();
+            q6k_unpack_avx2(block, q, scales);
+            for (int v = 0; v < 8; v++) acc = q6k_madd_avx2(acc, q[v], scales[v], x + 32 * v);
+            __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+            sum = _mm_hadd_epi32(sum, sum);
+            int32_t dot = _mm_cvtsi128_si32(_mm_hadd_epi32(sum, sum));
+            val += xs[b] * (half_to_float(block + Q6K_D) * (float)dot);
+        }
+        out[i] = val;
+    }
+}
+
+/* matvec_q6k_avx2() for T tokens at once, as matmul_q4k_tokens_avx2(): each
+   block is unpacked once for all the tokens, 8 tokens take the lanes of the
+   totals and of the floats (past T repeating the last token). */
+static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const int8_t *xq, const float *xs,
+                                        const Matrix *w, int n, int T, int begin, int end) {
+    int blocks = n / Q6K_BLOCK, groups = (T + 7) / 8;
+    for (int i = begin; i < end; i++) {
+        const uint8_t *block = w->q6k + (size_t)i * blocks * Q6K_BLOCK_BYTES;
+        __m256 val[MAX_BATCH / 8];
+        for (int g = 0; g < groups; g++) val[g] = _mm256_setzero_ps();
+        for (int b = 0; b < blocks; b++, block += Q6K_BLOCK_BYTES) {
+            __m256i q[8], scales[8];
+            q6k_unpack_avx2(block, q, scales);
+            __m256 d = _mm256_set1_ps(half_to_float(block + Q6K_D));
+            for (int g = 0; g < groups; g++) {
+                const int8_t *x[8];
+                __m256i acc[8];
+                float x_scale[8];
+                for (int k = 0; k < 8; k++) {
+                    int t = 8 * g + k < T ? 8 * g + k : T - 1;
+                    x[k] = xq + (size_t)t * n + (size_t)Q6K_BLOCK * b;
+                    acc[k] = _mm256_setzero_si256();
+                    x_scale[k] = xs[(size_t)t * blocks + b];
+                }
+                for (int v = 0; v < 8; v++)
+                    for (int k = 0; k < 8; k++) acc[k] = q6k_madd_avx2(acc[k], q[v], scales[v], x[k] + 32 * v);
+                __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
+                val[g] = _mm256_add_ps(val[g], _mm256_mul_ps(_mm256_loadu_ps(x_scale), _mm256_mul_ps(d, dots)));
+            }
+        }
+        for (int g = 0; g < groups; g++) {
+            float lanes[8];
+            _mm256_storeu_ps(lanes, val[g]);
+            for (int k = 0; k < 8 && 8 * g + k < T; k++) out[(size_t)(8 * g + k) * out_stride + i] = lanes[k];
         }
     }
 }
@@ -4040,7 +4216,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
    R8 per int8 one; quantize_fn and attention_fn are its quantize and
    attention_block. */
 #define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, dot8, pair, quantize_fn, attention_fn, q4k_fn, \
-                         q4k_tokens_fn) \
+                         q4k_tokens_fn, q6k_fn, q6k_tokens_fn) \
     static TARGET void matvec_##set(float *out, const float *x, const float *w, int n, int begin, int end) { \
         matvec_body(out, x, w, n, begin, end, V, transpose); \
     } \
@@ -4065,10 +4241,12 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
     static TARGET void swiglu_##set(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, exp8); } \
     static const KernelSet set##_kernels = { \
         .name = #set, .cpu_has = cpu, .matvec = matvec_##set, .quantize = quantize_fn, \
-        .matvec_q8 = matvec_q8_##set, .matvec_q4k = q4k_fn, .softmax = softmax_##set, .swiglu = swiglu_##set, \
+        .matvec_q8 = matvec_q8_##set, .matvec_q4k = q4k_fn, .matvec_q6k = q6k_fn, .softmax = softmax_##set, \
+        .swiglu = swiglu_##set, \
         .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
         .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_pairs_##set, \
         .matmul_q8_tokens = matmul_q8_tokens_##set, .matmul_q4k_tokens = q4k_tokens_fn, \
+        .matmul_q6k_tokens = q6k_tokens_fn, \
     };
 
 /* The 8-lane quantize() and attention of one target: queries 4 at a time,
@@ -4107,13 +4285,13 @@ static int cpu_has_avx2(void) {
    1 vector of tokens; expf() per lane; Part I's quantize and attention (the
    8-lane ones spill: stories110M int8 prefill 94 against 130 tok/s). */
 KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, dot8_sse, pair_sse, quantize,
-                 attention_block_plain, matvec_q4k, NULL)
+                 attention_block_plain, matvec_q4k, NULL, matvec_q6k, NULL)
 
 /* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
    tokens of sums. */
 QUANTIZE_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2)
 KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, dot8_avx2, pair_avx2, quantize_avx2,
-                 attention_block_avx2, matvec_q4k_avx2, matmul_q4k_tokens_avx2)
+                 attention_block_avx2, matvec_q4k_avx2, matmul_q4k_tokens_avx2, matvec_q6k_avx2, matmul_q6k_tokens_avx2)
 
 /* The AVX-512 sets decode int8 with the 8-row kernel too: decoding is
    memory-bound, and 8 rows at a time read memory faster than 16. */
@@ -4124,22 +4302,22 @@ static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, c
 
 static const KernelSet avx512_kernels = {
     .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k_avx2,
+    .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k_avx2, .matvec_q6k = matvec_q6k_avx2,
     .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 2,
     .prepare_q8_tokens = prepare_q8_madd, .matmul_q8_tokens = matmul_q8_tokens_avx512,
-    .matmul_q4k_tokens = matmul_q4k_tokens_avx2,
+    .matmul_q4k_tokens = matmul_q4k_tokens_avx2, .matmul_q6k_tokens = matmul_q6k_tokens_avx2,
 };
 
 static const KernelSet vnni_kernels = {
     .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k_avx2,
+    .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k_avx2, .matvec_q6k = matvec_q6k_avx2,
     .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
-    .matmul_q4k_tokens = matmul_q4k_tokens_avx2,
+    .matmul_q4k_tokens = matmul_q4k_tokens_avx2, .matmul_q6k_tokens = matmul_q6k_tokens_avx2,
 };
 #endif
 
@@ -4148,7 +4326,7 @@ static const KernelSet vnni_kernels = {
    with NEON's fused multiply-add. */
 QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
 KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, dot8_neon, pair_neon, quantize_neon,
-                 attention_block_neon, matvec_q4k, NULL)
+                 attention_block_neon, matvec_q4k, NULL, matvec_q6k, NULL)
 #endif
 
 /* Every set this build has, slowest first. */
@@ -4196,7 +4374,7 @@ typedef struct {
     float *v;   /* values [MAX_BATCH][kv_dim] */
     float *att; /* attention scores, per thread a row for each of 8 queries [n_threads][8][n_pos] */
     float *rows; /* per thread one dequantized cache row [n_threads][head_size] */
-    int8_t *xq;      /* int8 and q4k weights: matmul inputs in int8 [MAX_BATCH][widest] */
+    int8_t *xq;      /* int8, q4k and q6k weights: matmul inputs in int8 [MAX_BATCH][widest] */
     float *xq_scale; /* and their scales [MAX_BATCH][widest / smallest_group] */
     float *x_t;         /* a batched fp32 matmul's input, as the kernel set lays it out [widest][MAX_BATCH] */
     void *q8_tokens;    /* the same for int8 */
@@ -4228,7 +4406,7 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
     b->v = batch_buffer(MAX_BATCH * kv_dim, sizeof(float));
     b->att = batch_buffer((size_t)n_threads * 8 * s->n_pos, sizeof(float));
     b->rows = batch_buffer((size_t)n_threads * head_size, sizeof(float));
-    if (c->smallest_group) { /* int8 or q4k matrices */
+    if (c->smallest_group) { /* int8, q4k or q6k matrices */
         size_t groups = widest / c->smallest_group;
         b->xq = batch_buffer(MAX_BATCH * widest, 1);
         b->xq_scale = batch_buffer(MAX_BATCH * groups, sizeof(float));
@@ -4250,7 +4428,7 @@ static void free_batch(Batch *b) {
 }
 
 /* One weight matrix applied to every token of a batch: out[t][0..d) = W x[t],
-   W being [d][n], fp32, int8 or q4k. */
+   W being [d][n], fp32, int8, q4k or q6k. */
 typedef struct {
     const Matrix *w;
     float *out; /* [T][d] */
@@ -4276,7 +4454,7 @@ static void quantize_task(void *ctx, int begin, int end, int thread) {
     kernels->quantize(b->xq + (size_t)first * n, b->xq_scale + (size_t)first * (n / gs), job->x + (size_t)first * n,
                       (last - first) * n, gs);
     if (job->batched && job->proj[0].w->q4k) q4k_input_sums(b->q8_tokens, b->xq, n, first, last);
-    else if (job->batched) kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, gs, job->T, 16 * begin, 16 * end);
+    else if (job->batched && job->proj[0].w->q) kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, gs, job->T, 16 * begin, 16 * end);
 }
 
 /* Rows [begin, end) of one projection; out_t is its own scratch area. */
@@ -4286,6 +4464,8 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
     int n = job->n, T = job->T, gs = job->group_size, d = proj->d;
     if (job->batched && w->q4k) {
         kernels->matmul_q4k_tokens(proj->out, d, b->xq, b->xq_scale, b->q8_tokens, w, n, T, begin, end);
+    } else if (job->batched && w->q6k) {
+        kernels->matmul_q6k_tokens(proj->out, d, b->xq, b->xq_scale, w, n, T, begin, end);
     } else if (job->batched && w->q) {
         kernels->matmul_q8_tokens(proj->out, d, out_t, b->q8_tokens, w, n, gs, T, begin, end);
     } else if (job->batched) {
@@ -4300,6 +4480,7 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
             const int8_t *xq = b->xq + (size_t)t * n;
             const float *xs = b->xq_scale + (size_t)t * (n / gs);
             if (w->q4k) kernels->matvec_q4k(out, xq, xs, w, n, begin, end);
+            else if (w->q6k) kernels->matvec_q6k(out, xq, xs, w, n, begin, end);
             else kernels->matvec_q8(out, xq, xs, w, n, gs, begin, end);
         }
     }
@@ -4328,7 +4509,7 @@ static void matmul_task(void *ctx, int begin, int end, int thread) {
 static void matmul(Batch *b, const float *x, int n, int T, const Projection *proj, int count) {
     int group_size = input_group_size(proj[0].w), same = 1;
     while (same < count && input_group_size(proj[same].w) == group_size &&
-           !proj[same].w->q4k == !proj[0].w->q4k) same++;
+           !proj[same].w->q4k == !proj[0].w->q4k && !proj[same].w->q6k == !proj[0].w->q6k) same++;
     if (same < count) {
         matmul(b, x, n, T, proj, same);
         matmul(b, x, n, T, proj + same, count - same);
@@ -4336,8 +4517,9 @@ static void matmul(Batch *b, const float *x, int n, int T, const Projection *pro
     }
     MatmulJob job = {b, x, n, T, group_size, 0, proj, count};
     if (group_size) {
-        job.batched = T > 1 && (proj[0].w->q4k ? kernels->matmul_q4k_tokens != NULL
-                                               : kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0);
+        job.batched = T > 1 && (proj[0].w->q4k   ? kernels->matmul_q4k_tokens != NULL
+                                : proj[0].w->q6k ? kernels->matmul_q6k_tokens != NULL
+                                                 : kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0);
         /* a division and some twenty other steps per value: as slow as about 16 multiply-adds */
         parallel_for(quantize_task, &job, (T + 15) / 16, 16.0 * T * n);
     } else {

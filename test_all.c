@@ -129,6 +129,7 @@ typedef struct {
     int original_context;
     int head_size;         /* 0: dim / heads */
     int qkv_bias, qk_norm; /* Qwen2's biases, Qwen3's q/k norms */
+    unsigned q6k_tensors;  /* version 3: a bit (1 << Tensor) for each matrix of whole blocks written as q6k, not q4k */
     float *emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *cls;
     float *bq, *bk, *bv, *q_norm, *k_norm; /* NULL unless the flags above */
 } TinyModel;
@@ -286,6 +287,47 @@ static void put_q4k(Buffer *b, float *w, size_t n) {
     }
 }
 
+/* A q6k matrix (llama.cpp's Q6_K layout, see run.c): per sub-block of 16 a
+   scale max |x| / 31 as an int8 multiple of the block's fp16 d (the largest
+   over 127), negative in odd sub-blocks to use the sign, and q = round(x /
+   (d * scale)) + 32 in 0-63. Not llama.cpp's search, just a valid encoding;
+   the weights become their dequantized values d * scale * (q - 32). */
+static void put_q6k(Buffer *b, float *w, size_t n) {
+    for (size_t at = 0; at < n; at += 256) {
+        float *x = w + at, sub_scale[16], max_scale = 0;
+        for (int j = 0; j < 16; j++) {
+            float largest = 0;
+            for (int k = 0; k < 16; k++) largest = fmaxf(largest, fabsf(x[16 * j + k]));
+            sub_scale[j] = largest / 31, max_scale = fmaxf(max_scale, sub_scale[j]);
+        }
+        uint8_t block[210] = {0};
+        uint16_t d_bits = half_bits(max_scale / 127);
+        memcpy(block + 208, &d_bits, 2);
+        float d = half_to_float(block + 208);
+        for (int j = 0; j < 16; j++) {
+            int scale = d > 0 ? (int)fminf(127, roundf(sub_scale[j] / d)) : 0;
+            if (j % 2) scale = -scale;
+            block[192 + j] = (uint8_t)scale;
+            float step = d * scale;
+            for (int k = 16 * j; k < 16 * j + 16; k++) {
+                int q = step != 0 ? (int)roundf(x[k] / step) + 32 : 32, half = k / 128, l = k % 128;
+                q = q < 0 ? 0 : q > 63 ? 63 : q;
+                block[64 * half + l % 64] |= (uint8_t)((q & 15) << (4 * (l / 64)));
+                block[128 + 32 * half + l % 32] |= (uint8_t)((q >> 4) << (2 * (l / 32)));
+                x[k] = step * (q - 32);
+            }
+        }
+        put(b, block, sizeof block);
+    }
+}
+
+/* The type version 3 stores a matrix of the model in: q4k or q6k (the model's
+   choice) where its rows are whole blocks of 256, else int8. */
+static MatrixType v3_type(const TinyModel *m, Tensor t, TensorShape shape) {
+    if (shape.cols % 256) return TYPE_INT8;
+    return m->q6k_tensors >> t & 1 ? TYPE_Q6K : TYPE_Q4K;
+}
+
 /* The model's values of tensor t (layer l of a per-layer one, size floats
    each) in run.c's layout table; NULL for version 0's RoPE tables, which
    run.c does not read (written as zeros). */
@@ -315,7 +357,8 @@ static float *tiny_tensor(const TinyModel *m, Tensor t, uint64_t l, uint64_t siz
 
 /* The model as a checkpoint of this version, walking run.c's layout table, as
    export.py walks its own. Version 2: int8 with group size gs; version 3: q4k
-   where the rows are whole blocks of 256, int8 with group size gs elsewhere. */
+   or q6k where the rows are whole blocks of 256 (v3_type()), int8 with group
+   size gs elsewhere. */
 static Buffer write_checkpoint(TinyModel *m, int version, int gs, float theta, float eps) {
     Buffer b = {0};
     Config c = {.dim = m->dim, .hidden_dim = m->hidden, .n_layers = m->layers, .n_heads = m->heads,
@@ -333,8 +376,8 @@ static Buffer write_checkpoint(TinyModel *m, int version, int gs, float theta, f
     for (int i = 0; version == 3 && i < n; i++) { /* the type table */
         TensorShape shape = tensor_shape(&c, layout[i]);
         for (uint64_t l = 0; shape.is_matrix && l < shape.count; l++) {
-            int q4k = shape.cols % 256 == 0;
-            put_i32(&b, q4k ? TYPE_Q4K : TYPE_INT8), put_i32(&b, q4k ? 0 : gs);
+            MatrixType type = v3_type(m, layout[i], shape);
+            put_i32(&b, type), put_i32(&b, type == TYPE_INT8 ? gs : 0);
         }
     }
     for (int i = 0; i < n; i++) {
@@ -344,8 +387,10 @@ static Buffer write_checkpoint(TinyModel *m, int version, int gs, float theta, f
             float *w = tiny_tensor(m, layout[i], l, size);
             if (!w) {
                 for (uint64_t k = 0; k < size; k++) put_f32(&b, 0);
-            } else if (shape.is_matrix && version == 3 && shape.cols % 256 == 0) {
+            } else if (shape.is_matrix && version == 3 && v3_type(m, layout[i], shape) == TYPE_Q4K) {
                 put_q4k(&b, w, size);
+            } else if (shape.is_matrix && version == 3 && v3_type(m, layout[i], shape) == TYPE_Q6K) {
+                put_q6k(&b, w, size);
             } else if (shape.is_matrix && version >= 2) {
                 put_quantized(&b, w, size, gs);
             } else {
@@ -573,7 +618,7 @@ static void test_quantize(void) {
     double ref[D];
     for (int i = 0; i < D * N; i++) wq[i] = (int8_t)(lcg_uniform() * 127);
     for (int i = 0; i < D * N / GS; i++) ws[i] = 0.01f + fabsf(lcg_uniform()) / 50;
-    Matrix m = {NULL, wq, ws, GS, NULL};
+    Matrix m = {.q = wq, .scale = ws, .group_size = GS};
     for (int i = 0; i < D; i++) {
         ref[i] = 0;
         for (int j = 0; j < N; j++) ref[i] += (double)wq[i * N + j] * ws[(i * N + j) / GS] * q[j] * scale[j / GS];
@@ -662,6 +707,68 @@ static void test_q4k(void) {
         if (fabs(ref[i]) > largest) largest = fabs(ref[i]);
     }
     check(worst <= 1e-5 * largest, "q4k matvec is off the dequantized product by %g (largest %g)", worst, largest);
+    free(x);
+}
+
+/* Weight k of a q6k block, written after llama.cpp's dequantize_row_q6_K:
+   per half of 128 weights, for l < 32, weights l, l + 32, l + 64, l + 96 take
+   the low nibbles of ql[l], ql[l + 32], then their high nibbles, and bit pairs
+   0-1, 2-3, 4-5, 6-7 of qh[l]; scale l / 16 + 0, 2, 4, 6. */
+static double q6k_reference(const uint8_t *block, int k) {
+    int half = k / 128, quarter = k % 128 / 32, l = k % 32;
+    const uint8_t *ql = block + 64 * half, *qh = block + 128 + 32 * half;
+    const int8_t *scales = (const int8_t *)(block + 192 + 8 * half);
+    int low = quarter == 0 ? ql[l] & 15 : quarter == 1 ? ql[l + 32] & 15 : quarter == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
+    int q = low | (qh[l] >> (2 * quarter) & 3) << 4;
+    return (double)half_to_float(block + 208) * scales[l / 16 + 2 * quarter] * (q - 32);
+}
+
+/* Random q6k blocks: any values and int8 scales, a small positive d. */
+static void random_q6k_blocks(uint8_t *blocks, size_t count) {
+    for (size_t i = 0; i < count * 210; i++) blocks[i] = (uint8_t)(lcg_uniform() * 128 + 128);
+    for (size_t b = 0; b < count; b++) {
+        uint16_t d = half_bits(0.0005f + fabsf(lcg_uniform()) / 500);
+        memcpy(blocks + 210 * b + 208, &d, 2);
+    }
+}
+
+/* q6k: matvec_q6k() against the dequantized weights' exact product with x, on
+   random blocks and on the extremes (q - 32 of -32 and 31, scales -128 and 127,
+   inputs +-127); the embedding row against the dequantized weights. */
+static void test_q6k(void) {
+    seek_random(5120);
+    enum { N = 768, D = 6 };
+    uint8_t blocks[D * N / 256 * 210];
+    random_q6k_blocks(blocks, D * N / 256);
+    for (int b = 0; b < 3; b++) { /* row 0: every q 0 and scale -128; row 1: every q 63 and scale 127 */
+        memset(blocks + 210 * b, 0, 192), memset(blocks + 210 * b + 192, 0x80, 16);
+        memset(blocks + 210 * (3 + b), 0xff, 192), memset(blocks + 210 * (3 + b) + 192, 0x7f, 16);
+    }
+    float *x = random_tensor(N, 2, 0), xs[N / 256], out[D];
+    for (int k = 0; k < 256; k++) x[k] = 1.5f, x[256 + k] = k % 2 ? 1.5f : -1.5f; /* +-127 once quantized */
+    int8_t xq[N];
+    quantize(xq, xs, x, N, 256);
+    Matrix m = {.q6k = blocks};
+    matvec_q6k(out, xq, xs, &m, N, 0, D);
+    double worst = 0, largest = 0;
+    for (int i = 0; i < D; i++) {
+        double ref = 0, size = 0;
+        for (int k = 0; k < N; k++) {
+            double w = q6k_reference(blocks + 210 * ((size_t)i * N / 256 + k / 256), k % 256);
+            ref += w * xq[k] * xs[k / 256], size += fabs(w * xq[k] * xs[k / 256]);
+        }
+        if (fabs(out[i] - ref) > worst) worst = fabs(out[i] - ref);
+        if (size > largest) largest = size;
+    }
+    check(worst <= 1e-6 * largest, "q6k matvec is off the dequantized product by %g (sum of sizes %g)", worst, largest);
+    float row[N];
+    embed(row, &(Matrix){.q6k = blocks}, 2, N); /* row 2 of a table N wide */
+    int embed_ok = 1;
+    for (int k = 0; k < N; k++) {
+        double want = q6k_reference(blocks + 210 * (2 * N / 256 + k / 256), k % 256);
+        embed_ok &= fabs(row[k] - want) <= 1e-6 * fabs(want);
+    }
+    check(embed_ok, "a q6k embedding row differs from the dequantized weights");
     free(x);
 }
 
@@ -1109,6 +1216,19 @@ static void test_q4k_model(void) {
     }
 }
 
+/* Version 3 with q6k matrices beside q4k, as in a Q4_K_M file: the embedding
+   (the classifier too when shared), wv, w2 and the classifier q6k. */
+static void test_q6k_model(void) {
+    seek_random(2700230);
+    for (int shared = 0; shared <= 1; shared++) {
+        TinyModel m = {.dim = 256, .hidden = 512, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = 8,
+                       .shared = shared, .q6k_tensors = 1u << TOKEN_EMBEDDING | 1u << WV | 1u << W2 | 1u << CLASSIFIER};
+        random_weights(&m, 0.08f);
+        check_quantized_model(&m, 3, 32, 0.04, "v3 q4k and q6k");
+        free_tiny(&m);
+    }
+}
+
 /* A checkpoint error: exit 1 and one stderr line holding the path and `needle`. */
 static void expect_model_error(const char *what, const void *data, size_t n, const char *needle, const char *tokenizer) {
     char *path = write_temp(data, n);
@@ -1180,17 +1300,20 @@ static void test_v3_errors(const char *tokenizer) {
                                                .vocab = 40, .seq_len = 8, .shared = 1};
     random_weights(&wide, 0.08f);
     Buffer good = write_checkpoint(&tiny, 3, 8, 0, 0), q4k = write_checkpoint(&wide, 3, 32, 0, 0);
+    wide.q6k_tensors = ~0u;
+    Buffer q6k = write_checkpoint(&wide, 3, 32, 0, 0);
     size_t table = 256, entries = 1 + 7 * 2 + 1; /* tiny: separate classifier */
-    uint8_t *bad = malloc(good.n > q4k.n ? good.n : q4k.n);
+    uint8_t *bad = malloc(good.n > q6k.n ? good.n : q6k.n); /* q6k's blocks are the largest */
     struct {
         const char *what, *needle;
         size_t at;
         int32_t value;
     } damage[] = {
         {"group size in a version 3 header", "must be 0 in version 3", 37, 8},
-        {"unknown type code", "token_embedding: unknown type code 7", table, 7},
+        {"unknown type code", "token_embedding: unknown type code 7 (0 fp32, 1 int8, 2 q4k, 3 q6k)", table, 7},
         {"int8 group size not dividing the rows", "wq of layer 1: int8 group size 5 does not divide", table + 8 * 2 + 4, 5},
         {"q4k rows of 16 values", "wk of layer 0: q4k rows of 16 values are not whole blocks of 256", table + 8 * 3, TYPE_Q4K},
+        {"q6k rows of 16 values", "w1 of layer 0: q6k rows of 16 values are not whole blocks of 256", table + 8 * 9, TYPE_Q6K},
         {"fp32 type with a group size", "wv of layer 1: group size 8, must be 0 for its type", table + 8 * 6, TYPE_FP32},
     };
     for (size_t k = 0; k < sizeof damage / sizeof damage[0]; k++) {
@@ -1223,7 +1346,18 @@ static void test_v3_errors(const char *tokenizer) {
     size_t last_block = q4k.n - 144;
     bad[last_block + 3] = 0x7e; /* w3 of the last layer: dmin = NaN */
     expect_model_error("a NaN q4k dmin", bad, q4k.n, "w3 of layer 1: a scale is not a finite number", tokenizer);
-    free(bad), free(good.data), free(q4k.data);
+    /* q6k: a NaN d (the embedding's second block), an infinite one (the file's last block), a q6k matrix typed q4k */
+    memcpy(bad, q6k.data, q6k.n);
+    bad[wide_weights + 210 + 209] = 0x7e;
+    expect_model_error("a NaN q6k d", bad, q6k.n, "token_embedding: a scale is not a finite number", tokenizer);
+    memcpy(bad, q6k.data, q6k.n);
+    bad[q6k.n - 2] = 0, bad[q6k.n - 1] = 0x7c;
+    expect_model_error("an infinite q6k d", bad, q6k.n, "w3 of layer 1: a scale is not a finite number", tokenizer);
+    memcpy(bad, q6k.data, q6k.n);
+    int32_t q4k_code = TYPE_Q4K;
+    memcpy(bad + table, &q4k_code, 4);
+    expect_model_error("a q6k matrix typed q4k", bad, q6k.n, "header describes", tokenizer);
+    free(bad), free(good.data), free(q4k.data), free(q6k.data);
     free_tiny(&tiny), free_tiny(&wide);
 }
 
@@ -2269,6 +2403,28 @@ static void test_fast_matvec_q4k(void) {
     }
 }
 
+/* Each set's q6k matvec gives plain's bits, on random blocks. */
+static void test_fast_matvec_q6k(void) {
+    static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}, {17920, 3}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int n = shapes[k][0], d = shapes[k][1];
+        uint8_t *blocks = malloc((size_t)d * n / 256 * 210);
+        random_q6k_blocks(blocks, (size_t)d * n / 256);
+        /* the extremes in the first block: every q 63 (q - 32 = 31) with scale 127; one-row shapes q 0 (-32) with -128 */
+        memset(blocks, d > 1 ? 0xff : 0, 192), memset(blocks + 192, d > 1 ? 0x7f : 0x80, 16);
+        float *x = random_tensor(n, 3, 0), *xs = malloc(n / 256 * sizeof(float));
+        int8_t *xq = malloc(n);
+        quantize(xq, xs, x, n, 256);
+        Matrix m = {.q6k = blocks};
+        float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
+        matvec_q6k(plain, xq, xs, &m, n, 0, d);
+        kernels->matvec_q6k(fast, xq, xs, &m, n, 0, d);
+        check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s q6k matvec (n %d, d %d) differs from plain",
+              kernels->name, n, d);
+        free(blocks), free(x), free(xs), free(xq), free(plain), free(fast);
+    }
+}
+
 static void test_fast_matvec_q8(void) {
     /* group size 32 with an odd number of groups (96, 288) failed on AVX-512 without VNNI; 48 takes the
        16-byte tail of the 32-byte int8 loops */
@@ -2281,7 +2437,7 @@ static void test_fast_matvec_q8(void) {
         float *ws = random_tensor((size_t)d * n / gs, 0.01f, 0.02f), *x = random_tensor(n, 3, 0), *xs = malloc(n / gs * sizeof(float));
         for (int i = 0; i < d * n; i++) wq[i] = (int8_t)(lcg_uniform() * 128); /* -128 included */
         quantize(xq, xs, x, n, gs);
-        Matrix m = {NULL, wq, ws, gs, NULL};
+        Matrix m = {.q = wq, .scale = ws, .group_size = gs};
         float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
         matvec_q8(plain, xq, xs, &m, n, gs, 0, d);
         kernels->matvec_q8(fast, xq, xs, &m, n, gs, 0, d);
@@ -2315,6 +2471,9 @@ static void test_batched_matmul(void) {
         uint16_t d_bits = half_bits(0.002f + fabsf(lcg_uniform()) / 100), dmin_bits = half_bits(fabsf(lcg_uniform()) / 100);
         memcpy(q4k_blocks + 144 * i, &d_bits, 2), memcpy(q4k_blocks + 144 * i + 2, &dmin_bits, 2);
     }
+    uint8_t *q6k_blocks = malloc((size_t)d * 2 * 210);
+    random_q6k_blocks(q6k_blocks, 2 * (size_t)d);
+    float *plain6 = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast6 = calloc((size_t)MAX_BATCH * d, sizeof(float));
     static const int batch[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, MAX_BATCH}; /* 2-8: the few-token paths */
     /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step */
     static const int shapes[][2] = {{192, 0}, {192, 4}, {192, 32}, {192, 64}, {200, 0}, {200, 4}, {200, 8}, {256, 128}};
@@ -2329,7 +2488,7 @@ static void test_batched_matmul(void) {
             for (size_t g = 0; g < sizeof shapes / sizeof shapes[0]; g++) {
                 int T = batch[k], n = shapes[g][0], gs = shapes[g][1];
                 Batch *b = gs ? &b_int8 : &b_fp32;
-                Matrix m = gs ? (Matrix){NULL, wq, ws, gs, NULL} : (Matrix){w, NULL, NULL, 0, NULL};
+                Matrix m = gs ? (Matrix){.q = wq, .scale = ws, .group_size = gs} : (Matrix){.f32 = w};
                 for (int t = 0; t < T; t++) {
                     if (gs == 0) {
                         matvec(plain + t * d, x + t * n, w, n, 0, d);
@@ -2349,23 +2508,25 @@ static void test_batched_matmul(void) {
                       "%s batched matmul of %d tokens (width %d, group size %d, 0 = fp32) on %d threads differs from plain matvecs",
                       kernels->name, T, n, gs, threads);
             }
-            /* q4k beside int8 (group 4) on the same input: matmul() quantizes it for each */
+            /* q4k, q6k and int8 (group 4) on the same input: matmul() quantizes it for each */
             int T = batch[k];
-            Matrix m4 = {.q4k = q4k_blocks}, m8 = {NULL, wq, ws, 4, NULL};
+            Matrix m4 = {.q4k = q4k_blocks}, m6 = {.q6k = q6k_blocks}, m8 = {.q = wq, .scale = ws, .group_size = 4};
             int8_t xq512[512];
             float xs512[128];
             for (int t = 0; t < T; t++) {
                 quantize(xq512, xs512, x512 + t * 512, 512, 256);
                 matvec_q4k(plain + t * d, xq512, xs512, &m4, 512, 0, d);
+                matvec_q6k(plain6 + t * d, xq512, xs512, &m6, 512, 0, d);
                 quantize(xq512, xs512, x512 + t * 512, 512, 4);
                 matvec_q8(plain16 + t * d, xq512, xs512, &m8, 512, 4, 0, d);
             }
             float *fast8 = calloc((size_t)MAX_BATCH * d, sizeof(float));
-            Projection mixed[2] = {{&m4, fast, d}, {&m8, fast8, d}};
-            matmul(&b_int8, x512, 512, T, mixed, 2);
+            Projection mixed[3] = {{&m4, fast, d}, {&m6, fast6, d}, {&m8, fast8, d}};
+            matmul(&b_int8, x512, 512, T, mixed, 3);
             check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0 &&
+                  memcmp(plain6, fast6, (size_t)T * d * sizeof(float)) == 0 &&
                   memcmp(plain16, fast8, (size_t)T * d * sizeof(float)) == 0,
-                  "%s batched q4k and int8 matmul of %d tokens on %d threads differ from plain matvecs", kernels->name, T,
+                  "%s batched q4k, q6k and int8 matmul of %d tokens on %d threads differ from plain matvecs", kernels->name, T,
                   threads);
             free(fast8);
         }
@@ -2382,7 +2543,7 @@ static void test_batched_matmul(void) {
         float *w2 = random_tensor((size_t)D * N, 1, 0), *x2 = random_tensor((size_t)MAX_BATCH * N, 1, 0);
         float *want = calloc((size_t)MAX_BATCH * D, sizeof(float)), *a = calloc((size_t)MAX_BATCH * D, sizeof(float));
         float *b = calloc((size_t)MAX_BATCH * D, sizeof(float)), *small = calloc((size_t)MAX_BATCH * 16, sizeof(float));
-        Matrix m2 = {w2, NULL, NULL, 0, NULL};
+        Matrix m2 = {.f32 = w2};
         for (int t = 0; t < MAX_BATCH; t++) matvec(want + t * D, x2 + t * N, w2, N, 0, D);
         start_threads(2);
         RunState s;
@@ -2403,7 +2564,7 @@ static void test_batched_matmul(void) {
         free(w2), free(x2), free(want), free(a), free(b), free(small);
     }
     free(w), free(x), free(wq), free(xq), free(ws), free(xs), free(plain), free(fast), free(fast16), free(plain16);
-    free(q4k_blocks), free(x512);
+    free(q4k_blocks), free(x512), free(q6k_blocks), free(plain6), free(fast6);
 }
 
 /* Query heads of several tokens sharing a KV head, all at once, against
@@ -2520,6 +2681,7 @@ static void test_kernel_sets(void) {
         test_fast_quantize();
         test_fast_matvec_q8();
         test_fast_matvec_q4k();
+        test_fast_matvec_q6k();
         test_batched_matmul();
         test_attention_block();
         test_fast_softmax_swiglu();
@@ -3901,10 +4063,12 @@ static void test_batch_invariance(const char *tokenizer) {
                       .seq_len = 4 * KV_BLOCK, .shared = 1};
     random_weights(&wide, 0.08f);
     Buffer v3 = write_checkpoint(&wide, 3, 32, 0, 0);
-    char *q4k = write_temp(v3.data, v3.n);
-    const char *q4k_models[2] = {q4k, q4k};
-    batch_against_single_runs("q4k model", q4k_models, tokenizer, digits, 14, 0, 80, 8);
-    unlink(q4k), free(q4k), free(v3.data);
+    wide.q6k_tensors = 1u << TOKEN_EMBEDDING | 1u << WV | 1u << W2; /* and q6k beside q4k */
+    Buffer v3_q6k = write_checkpoint(&wide, 3, 32, 0, 0);
+    char *q4k = write_temp(v3.data, v3.n), *q6k = write_temp(v3_q6k.data, v3_q6k.n);
+    const char *quantized_models[2] = {q4k, q6k};
+    batch_against_single_runs("q4k and q6k models", quantized_models, tokenizer, digits, 14, 0, 80, 8);
+    unlink(q4k), free(q4k), free(v3.data), unlink(q6k), free(q6k), free(v3_q6k.data);
     free_tiny(&wide);
     /* from a code audit: a block taken for new rows must take the blocks after
        it out of the prefix table. A = X Y Z fills the pool's 3 blocks; B = X'
@@ -4251,6 +4415,7 @@ int main(void) {
     test_quantize();
     test_quantize_odd_values();
     test_q4k();
+    test_q6k();
     test_rope();
     test_rope_scaling();
     test_attention();
@@ -4260,6 +4425,7 @@ int main(void) {
     /* checkpoints */
     test_forward_matches_reference();
     test_q4k_model();
+    test_q6k_model();
     test_checkpoint_errors(tokenizer);
     test_qwen_models(tokenizer);
     test_v3_errors(tokenizer);

@@ -2026,8 +2026,9 @@ V3_ORDER = ["token_embd", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate
 
 def read_v3(file):
     """A version 3 file as export.py's docstring describes it: header, the type table,
-    and each matrix by GGUF name as ("q4k", block bytes), ("int8", q, scales, group
-    size) or ("fp32", values); whether the sizes add up to the file's."""
+    and each matrix by GGUF name as ("q4k", block bytes), ("q6k", block bytes),
+    ("int8", q, scales, group size) or ("fp32", values); whether the sizes add up to
+    the file's."""
     h = read_checkpoint_header(file)
     dim, hidden, layers, heads, kvh, vocab, _ = h["config"]
     per_layer, single = gguf_shapes(dim, hidden, layers, heads, kvh, vocab)
@@ -2048,6 +2049,9 @@ def read_v3(file):
         if t == 2:
             out[name] = ("q4k", data[pos:pos + n // 256 * 144])
             pos += n // 256 * 144
+        elif t == 3:
+            out[name] = ("q6k", data[pos:pos + n // 256 * 210])
+            pos += n // 256 * 210
         elif t == 1:
             out[name] = ("int8", np.frombuffer(data, np.int8, n, pos), np.frombuffer(data, "<f4", n // g, pos + n), g)
             pos += n + 4 * (n // g)
@@ -2058,8 +2062,8 @@ def read_v3(file):
 
 
 def test_gguf_q4_k_m(tokenizer):
-    """--version 3 from a GGUF of Q4_K_M's types: Q4_K blocks copied byte for byte,
-    Q6_K, Q8_0 and Q4_0 as int8 whose values times scales are the reference
+    """--version 3 from a GGUF of Q4_K_M's types: Q4_K and Q6_K blocks copied byte for
+    byte, Q8_0 and Q4_0 as int8 whose values times scales are the reference
     dequantizer's, bit for bit; the F16 matrix requantized, and named; ./run's
     greedy text equals the numpy reference on the GGUF's weights; --bin reads the
     file back (to fp32, and to itself)."""
@@ -2090,16 +2094,16 @@ def test_gguf_q4_k_m(tokenizer):
     ok("--version 3 names the matrix it requantizes (attn_output of layer 1, F16) and no other",
        "quantized to int8 (group size 64): wo of layers 1 (F16)" in err and err.count(" of layers ") == 1, err)
     h, table, got, size_ok = read_v3(out)
-    kinds = {"Q4_K": (2, 0), "Q6_K": (1, 16), "Q8_0": (1, 32), "Q4_0": (1, 32), "F16": (1, 64)}
+    kinds = {"Q4_K": (2, 0), "Q6_K": (3, 0), "Q8_0": (1, 32), "Q4_0": (1, 32), "F16": (1, 64)}
     by_name = {name: (t, data) for name, _, t, data in tensors}
     want_table = [kinds[by_name[name][0]] for name in got]
     problems = []
     for name, form in got.items():
         t, data = by_name[name]
-        if t == "Q4_K":
-            if form[0] != "q4k" or form[1] != data:
-                problems.append(f"{name}: not the GGUF's Q4_K bytes")
-        elif t in ("Q6_K", "Q8_0", "Q4_0"):
+        if t in ("Q4_K", "Q6_K"):
+            if form[0] != {"Q4_K": "q4k", "Q6_K": "q6k"}[t] or form[1] != data:
+                problems.append(f"{name}: not the GGUF's {t} bytes")
+        elif t in ("Q8_0", "Q4_0"):
             want = REFERENCE_DEQUANT[t](data)[0]
             q, scales, g = form[1:]
             have = (q.reshape(-1, g).astype(np.float32) * scales[:, None]).ravel()
@@ -2111,8 +2115,8 @@ def test_gguf_q4_k_m(tokenizer):
             have = (q.reshape(-1, g).astype(np.float32) * scales[:, None]).ravel()
             if not np.all(np.abs(have - want) <= np.repeat(scales, g) / 2 * 1.0001):
                 problems.append(f"{name} (F16): int8 off by more than half a step")
-    ok("version 3 file: header (version 3, group size 0), type table, sizes; Q4_K blocks byte for byte; Q6_K, Q8_0, "
-       "Q4_0 as int8 equal to the reference dequantizer bit for bit; F16 within half an int8 step",
+    ok("version 3 file: header (version 3, group size 0), type table, sizes; Q4_K and Q6_K blocks byte for byte; "
+       "Q8_0, Q4_0 as int8 equal to the reference dequantizer bit for bit; F16 within half an int8 step",
        h["version"] == 3 and h["group_size"] == 0 and table == want_table and size_ok and not problems,
        f"{problems[:4]} {table} {h}")
     if tokenizer and have_run():
@@ -2136,6 +2140,21 @@ def test_gguf_q4_k_m(tokenizer):
         ok(f"--bin version 3 -> 1: the {checked} quantized matrices' values are the reference dequantizer's (within "
            "one float32 rounding)", checked == 14 and not bad, str(bad[:4]))
         ok("--bin version 3 -> 3: the same file", same_bytes(again, out))
+    # to version 2: the q6k matrices dequantized, then quantized to int8 (within half a step)
+    v2 = path("q4_k_m.v2.bin")
+    rc, err = export(v2, "--bin", out, "--version", "2", "--group-size", "32")
+    if ok("--bin of a version 3 file to version 2", rc == 0, err):
+        _, int8, size_ok = read_export(v2, 32)
+        bad = []
+        for name, (t, data) in by_name.items():
+            if t == "Q6_K":
+                want = REFERENCE_DEQUANT[t](data)[0]
+                q, scales = int8[name]
+                have = (q.reshape(-1, 32).astype(np.float32) * scales[:, None]).ravel()
+                if not np.all(np.abs(have - want) <= np.repeat(scales, 32) / 2 * 1.0001):
+                    bad.append(name)
+        ok("--bin version 3 -> 2: the q6k matrices within half an int8 step of the reference dequantizer",
+           size_ok and not bad, str(bad[:4]))
 
 
 # --quant. llama.cpp's Q4_K_M for a Llama-shaped model (llama_tensor_get_type), as its
@@ -2148,7 +2167,7 @@ def test_gguf_q4_k_m(tokenizer):
 # F16. The layers, spelled out:
 MORE_BITS = {2: {1}, 3: {2}, 8: {0, 3, 6, 7}, 12: {0, 3, 6, 9, 10, 11},
              80: set(range(10)) | set(range(12, 70, 3)) | set(range(70, 80))}
-QUANT_TABLE = {"Q4_K": (2, 0), "Q6_K": (1, 16), "Q8_0": (1, 32)}  # the others: (1, group size)
+QUANT_TABLE = {"Q4_K": (2, 0), "Q6_K": (3, 0), "Q8_0": (1, 32)}  # the others: (1, group size)
 
 
 def q4_k_m_type(name, layers, dim, hidden, q_dim, tied, seventy_b, scheme="Q4_K_M"):
@@ -2235,7 +2254,7 @@ def quant_types(cfg, scheme="Q4_K_M"):
 
 def test_quant_recipe():
     """The version 3 type table of --quant Q4_K_M and q4k: each matrix in the type of
-    the rule above (Q4_K as q4k, Q6_K as int8 per 16, Q8_0 per 32, Q5_0 and F16 per the
+    the rule above (Q4_K as q4k, Q6_K as q6k, Q8_0 as int8 per 32, Q5_0 and F16 per the
     group size, named in the note), on 8, 12 and 80 layers (70B: Q5_K) and rows not
     whole blocks."""
     for label, layers, dim, hidden, tied in (("12 layers", 12, 256, 512, False), ("8 layers, tied", 8, 256, 512, True),

@@ -49,10 +49,11 @@ def tiny_checkpoint(version, dim, hidden, layers, heads, kv_heads, vocab, seq_le
     header += struct.pack("<iBB", head_size, qkv_bias, qk_norm)
     header += b"\0" * (256 - len(header))
 
-    # version 3: q4k where the rows are whole blocks of 256, else int8 (group), the
-    # first wq in fp32; its type table follows the header
+    # version 3: where the rows are whole blocks of 256 q4k, every third matrix q6k,
+    # else int8 (group), the first wq in fp32; its type table follows the header
     matrices = [(vocab, dim)] + [shape for shape in shapes for _ in range(layers)] + ([] if shared else [(vocab, dim)])
-    types = [(2, 0) if cols % 256 == 0 else (0, 0) if k == 1 else (1, group) for k, (_, cols) in enumerate(matrices)]
+    types = [((3 if k % 3 == 2 else 2), 0) if cols % 256 == 0 else (0, 0) if k == 1 else (1, group)
+             for k, (_, cols) in enumerate(matrices)]
     if version == 3:
         header += b"".join(struct.pack("<ii", *t) for t in types)
 
@@ -63,6 +64,9 @@ def tiny_checkpoint(version, dim, hidden, layers, heads, kv_heads, vocab, seq_le
             return floats(n)
         if kind == 2:  # q4k blocks: fp16 d and dmin of 2^-10, random scales and values
             return b"".join(struct.pack("<HH", 0x1400, 0x1400) + bytes(rng.randrange(256) for _ in range(140))
+                            for _ in range(n // 256))
+        if kind == 3:  # q6k blocks: random values and scales, fp16 d of 2^-10 (the last two bytes)
+            return b"".join(bytes(rng.randrange(256) for _ in range(208)) + struct.pack("<H", 0x1400)
                             for _ in range(n // 256))
         return bytes(rng.randrange(256) for _ in range(n)) + floats(n // group, 0.01)
 
@@ -121,7 +125,7 @@ def main():
         "v2_g2": tiny_checkpoint(2, 4, 6, 1, 2, 1, 4, 3, True, 2),
         "v2_g64": tiny_checkpoint(2, 64, 64, 1, 4, 4, 16, 2, True, 64),
         "v3_int8_fp32": tiny_checkpoint(3, 8, 16, 1, 2, 1, 8, 4, False, 4),
-        "v3_q4k": tiny_checkpoint(3, 256, 256, 1, 2, 1, 4, 2, True, 32),
+        "v3_q4k_q6k": tiny_checkpoint(3, 256, 256, 1, 2, 1, 4, 2, True, 32),
         "v1_qwen3": tiny_checkpoint(1, 8, 16, 1, 2, 1, 8, 4, True, head_size=6, qk_norm=1),
         "v2_qwen2": tiny_checkpoint(2, 8, 16, 1, 2, 1, 8, 4, False, 4, qkv_bias=1),
     }
