@@ -2124,7 +2124,7 @@ class QuantizedSource(Source):
     """--quant: another source's matrices in the ggml types llama-quantize would give them
     (quant_type), quantized as it quantizes from float32, and then handed to the writer as
     GGUFSource hands over a file of those types: Q4_K as q4k, Q6_K as q6k, Q8_0 as int8 exactly,
-    the others (Q5_0, F16) dequantized for int8 at the group size. So --quant Q4_K_M of a
+    the others (Q5_K, Q5_0, Q5_1, F16) dequantized for int8 at the group size. So --quant Q4_K_M of a
     model writes the same bytes as --gguf of llama-quantize's Q4_K_M file of it."""
 
     def __init__(self, source, scheme):

@@ -2912,9 +2912,9 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
     }
 }
 
-/* matvec_q6k_avx2() for T tokens at once, as matmul_q4k_tokens_avx2(): each
-   block is unpacked once for all the tokens, 8 tokens take the lanes of the
-   totals and of the floats (past T repeating the last token). */
+/* matvec_q6k_avx2() for T tokens at once: each block is unpacked once for
+   all the tokens, 8 tokens take the lanes of the totals and of the floats
+   (past T repeating the last token). */
 static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const int8_t *xq, const float *xs,
                                         const Matrix *w, int n, int T, int begin, int end) {
     int blocks = n / Q6K_BLOCK, groups = (T + 7) / 8;

@@ -2038,7 +2038,7 @@ static void test_shared_tokenizers(const char *run) {
     }
     static const char *const tokenizer_json[3] = {NULL, "llama3/tokenizer.json", "qwen3/tokenizer.json"};
     static const char *const cases[3] = {"llama2_cases.jsonl", "llama3/llama3_cases.jsonl", "qwen3/qwen3_cases.jsonl"};
-    char script[4096], args[8192], json[4096] = "", file[4096];
+    char script[4096], args[16384], json[4096] = "", file[4096];
     snprintf(script, sizeof script, "%s/tools/check_tokenizer.py", shared_dir());
     for (int i = 0; i < 3; i++) {
         if (tokenizer_json[i]) snprintf(json, sizeof json, "--tokenizer-json %s/tokenizer/%s", shared_dir(), tokenizer_json[i]);
