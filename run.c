@@ -468,8 +468,8 @@ static void embed(float *out, const Matrix *table, int token, int dim) {
         for (int b = 0; b < dim / Q6K_BLOCK; b++, block += Q6K_BLOCK_BYTES) {
             int8_t v[Q6K_BLOCK];
             q6k_values(block, v);
-            for (int k = 0; k < Q6K_BLOCK; k++)
-                out[Q6K_BLOCK * b + k] = half_to_float(block + Q6K_D) * (int8_t)block[Q6K_SCALES + k / 16] * v[k];
+            float d = half_to_float(block + Q6K_D);
+            for (int k = 0; k < Q6K_BLOCK; k++) out[Q6K_BLOCK * b + k] = d * (int8_t)block[Q6K_SCALES + k / 16] * v[k];
         }
     }
 }

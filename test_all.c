@@ -2377,6 +2377,23 @@ static void test_fast_quantize(void) {
           "quantize rounds .5 away from zero");
 }
 
+typedef void (*BlockMatvec)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end);
+
+/* The current set's matvec of a q4k or q6k matrix m [d][n] against plain's, bit
+   for bit, on a random input quantized as forward() quantizes it. */
+static void check_block_matvec(const char *type, const Matrix *m, BlockMatvec plain_fn, BlockMatvec fast_fn, int n,
+                               int d) {
+    float *x = random_tensor(n, 3, 0), *xs = malloc(n / 256 * sizeof(float));
+    int8_t *xq = malloc(n);
+    quantize(xq, xs, x, n, 256);
+    float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
+    plain_fn(plain, xq, xs, m, n, 0, d);
+    fast_fn(fast, xq, xs, m, n, 0, d);
+    check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s %s matvec (n %d, d %d) differs from plain", kernels->name,
+          type, n, d);
+    free(x), free(xs), free(xq), free(plain), free(fast);
+}
+
 /* Each set's q4k matvec gives plain's bits, on random blocks. */
 static void test_fast_matvec_q4k(void) {
     /* 17920: more blocks than Q4K_CHUNK */
@@ -2390,16 +2407,9 @@ static void test_fast_matvec_q4k(void) {
             uint16_t dd = half_bits(fabsf(lcg_uniform()) / 50), dmin = half_bits(fabsf(lcg_uniform()) / 50);
             memcpy(blocks + 144 * b, &dd, 2), memcpy(blocks + 144 * b + 2, &dmin, 2);
         }
-        float *x = random_tensor(n, 3, 0), *xs = malloc(n / 256 * sizeof(float));
-        int8_t *xq = malloc(n);
-        quantize(xq, xs, x, n, 256);
         Matrix m = {.q4k = blocks};
-        float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
-        matvec_q4k(plain, xq, xs, &m, n, 0, d);
-        kernels->matvec_q4k(fast, xq, xs, &m, n, 0, d);
-        check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s q4k matvec (n %d, d %d) differs from plain",
-              kernels->name, n, d);
-        free(blocks), free(x), free(xs), free(xq), free(plain), free(fast);
+        check_block_matvec("q4k", &m, matvec_q4k, kernels->matvec_q4k, n, d);
+        free(blocks);
     }
 }
 
@@ -2412,16 +2422,9 @@ static void test_fast_matvec_q6k(void) {
         random_q6k_blocks(blocks, (size_t)d * n / 256);
         /* the extremes in the first block: every q 63 (q - 32 = 31) with scale 127; one-row shapes q 0 (-32) with -128 */
         memset(blocks, d > 1 ? 0xff : 0, 192), memset(blocks + 192, d > 1 ? 0x7f : 0x80, 16);
-        float *x = random_tensor(n, 3, 0), *xs = malloc(n / 256 * sizeof(float));
-        int8_t *xq = malloc(n);
-        quantize(xq, xs, x, n, 256);
         Matrix m = {.q6k = blocks};
-        float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
-        matvec_q6k(plain, xq, xs, &m, n, 0, d);
-        kernels->matvec_q6k(fast, xq, xs, &m, n, 0, d);
-        check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s q6k matvec (n %d, d %d) differs from plain",
-              kernels->name, n, d);
-        free(blocks), free(x), free(xs), free(xq), free(plain), free(fast);
+        check_block_matvec("q6k", &m, matvec_q6k, kernels->matvec_q6k, n, d);
+        free(blocks);
     }
 }
 
