@@ -2710,16 +2710,6 @@ dot8_vnni(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
     *total = (i32x8)_mm256_sub_epi32(row_totals_avx2(acc), _mm256_set_m128i(bias, bias));
 }
 
-/* *dot: the sum of acc's 8 lanes; *mins: the sum of min_products's 4. */
-static inline __attribute__((always_inline)) AVX2 void q4k_totals(__m256i acc, __m128i min_products, int32_t *dot,
-                                                                  int32_t *mins) {
-    __m128i halves = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-    __m128i pairs = _mm_hadd_epi32(halves, min_products); /* dot's two halves, then mins' */
-    pairs = _mm_hadd_epi32(pairs, pairs);
-    *dot = _mm_cvtsi128_si32(pairs);
-    *mins = _mm_extract_epi32(pairs, 1);
-}
-
 /* A q4k block's 6-bit scales, each as int16 in all 16 lanes of scales[j], and
    its mins as 8 int16, from the 12 packed bytes (see q4k_scale_min()) four at
    a time: the low 6 bits of bytes 0-3 and 4-7; the nibbles of bytes 8-11 with
@@ -2738,49 +2728,18 @@ static inline __attribute__((always_inline)) AVX2 void q4k_scales_avx2(const uin
         scales[j] = _mm256_shuffle_epi8(low, _mm256_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
 }
 
-/* Blocks of a q4k row whose inputs' sub-block sums are kept on the stack at
-   once (a row of 16384 values: wider ones take their rows in turn per chunk). */
-#define Q4K_CHUNK 64
+/* Blocks of a q4k or q6k row that the decode kernels take at once, keeping
+   their partial sums for 8 rows (24 KB) and the inputs' sub-block sums on the
+   stack: a row of 16384 values; wider rows are taken a chunk at a time. */
+#define BLOCKS_PER_CHUNK 64
 
-/* matvec_q4k() for x86: a pair of sub-blocks is 32 bytes of 4-bit values;
-   vpmaddubsw multiplies them (unsigned, 0-15) by the int8 inputs and adds
-   pairs (at most 2 * 15 * 127), vpmaddwd applies the sub-block's scale. The
-   integer sums are exact, and the floats are combined as in the plain kernel,
-   so the results are its bits. The inputs' sub-block sums, for the mins, are
-   the same for every row: taken once per chunk of blocks. */
-static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
-                                 int end) {
-    const __m256i low_nibbles = _mm256_set1_epi8(15);
-    int blocks = n / Q4K_BLOCK;
-    for (int c0 = 0; c0 < blocks; c0 += Q4K_CHUNK) {
-        int c1 = blocks - c0 < Q4K_CHUNK ? blocks : c0 + Q4K_CHUNK;
-        int16_t x_sums[Q4K_CHUNK * 8];
-        q4k_input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 0, 1);
-        for (int i = begin; i < end; i++) {
-            const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
-            float val = c0 ? out[i] : 0.0f;
-            for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
-                const int8_t *x = xq + (size_t)Q4K_BLOCK * b;
-                __m256i acc = _mm256_setzero_si256(), scales[8];
-                __m128i mins;
-                q4k_scales_avx2(block + 4, scales, &mins);
-                for (int pair = 0; pair < 4; pair++) {
-                    __m256i q = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
-                    __m256i lo = _mm256_and_si256(q, low_nibbles);
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles);
-                    __m256i x_lo = _mm256_loadu_si256((const __m256i *)(x + 64 * pair));
-                    __m256i x_hi = _mm256_loadu_si256((const __m256i *)(x + 64 * pair + 32));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), scales[2 * pair]));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), scales[2 * pair + 1]));
-                }
-                __m128i min_products = _mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)(x_sums + 8 * (b - c0))));
-                int32_t dot, min_total;
-                q4k_totals(acc, min_products, &dot, &min_total);
-                val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)min_total);
-            }
-            out[i] = val;
-        }
-    }
+/* The finite fp16 numbers in the low 16 bits of h's lanes, as half_to_float()
+   makes them (the same bits). */
+static inline __attribute__((always_inline)) AVX2 __m256 halves_to_floats_avx2(__m256i h) {
+    __m256i magnitude = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x7fff)), 13);
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16);
+    __m256 f = _mm256_mul_ps(_mm256_castsi256_ps(magnitude), _mm256_set1_ps(0x1p112f));
+    return _mm256_or_ps(f, _mm256_castsi256_ps(sign));
 }
 
 /* Lane t: the sum of the 4 lanes of m[t]. */
@@ -2788,6 +2747,72 @@ static inline __attribute__((always_inline)) AVX2 __m256i lane_totals4(const __m
     __m128i low = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
     __m128i high = _mm_hadd_epi32(_mm_hadd_epi32(m[4], m[5]), _mm_hadd_epi32(m[6], m[7]));
     return _mm256_set_m128i(high, low);
+}
+
+/* How far ahead of a q4k or q6k block the decode kernels ask for data: about
+   two rows of 2048 values, past what the hardware prefetcher fetches alone. */
+#define BLOCK_PREFETCH_BYTES 2048
+
+/* matvec_q4k() for x86, 8 rows at a time. A pair of sub-blocks is 32 bytes
+   of 4-bit values; vpmaddubsw multiplies them (unsigned, 0-15) by the int8
+   inputs and adds pairs (at most 2 * 15 * 127), vpmaddwd applies the
+   sub-block's scale. Each row's blocks leave 8 partial integer sums in a
+   vector, kept per block; then the 8 rows take the 8 lanes of the totals and
+   of the floats, each lane combining its row's blocks in the plain kernel's
+   order, so the results are its bits, without a sum across a vector per block.
+   The inputs' sub-block sums, for the mins, are the same for every row: taken
+   once per chunk of blocks. Rows past `end` repeat the last row. */
+static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                 int end) {
+    const __m256i low_nibbles = _mm256_set1_epi8(15);
+    int blocks = n / Q4K_BLOCK;
+    for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
+        int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
+        int16_t x_sums[BLOCKS_PER_CHUNK * 8];
+        q4k_input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 0, 1);
+        for (int first = begin; first < end; first += 8) {
+            __m256i dots[BLOCKS_PER_CHUNK][8];
+            __m128i min_products[BLOCKS_PER_CHUNK][8];
+            uint32_t scale_halves[BLOCKS_PER_CHUNK][8]; /* each block's d and dmin */
+            for (int r = 0; r < 8; r++) {
+                int i = first + r < end ? first + r : end - 1;
+                const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
+                for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
+                    const int8_t *x = xq + (size_t)Q4K_BLOCK * b;
+                    __m256i acc = _mm256_setzero_si256(), scales[8];
+                    __m128i mins;
+                    for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
+                    q4k_scales_avx2(block + 4, scales, &mins);
+                    for (int pair = 0; pair < 4; pair++) {
+                        __m256i q = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
+                        __m256i lo = _mm256_and_si256(q, low_nibbles);
+                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles);
+                        __m256i x_lo = _mm256_loadu_si256((const __m256i *)(x + 64 * pair));
+                        __m256i x_hi = _mm256_loadu_si256((const __m256i *)(x + 64 * pair + 32));
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), scales[2 * pair]));
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), scales[2 * pair + 1]));
+                    }
+                    dots[b - c0][r] = acc;
+                    min_products[b - c0][r] =
+                        _mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)(x_sums + 8 * (b - c0))));
+                    memcpy(&scale_halves[b - c0][r], block, 4);
+                }
+            }
+            float lanes[8];
+            for (int r = 0; r < 8; r++) lanes[r] = c0 && first + r < end ? out[first + r] : 0.0f;
+            __m256 val = _mm256_loadu_ps(lanes);
+            for (int b = c0; b < c1; b++) {
+                __m256i halves = _mm256_loadu_si256((const __m256i *)scale_halves[b - c0]);
+                __m256 d = halves_to_floats_avx2(halves), dmin = halves_to_floats_avx2(_mm256_srli_epi32(halves, 16));
+                __m256 dot = _mm256_cvtepi32_ps(row_totals_avx2(dots[b - c0]));
+                __m256 min_total = _mm256_cvtepi32_ps(lane_totals4(min_products[b - c0]));
+                __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(d, dot), _mm256_mul_ps(dmin, min_total));
+                val = _mm256_add_ps(val, _mm256_mul_ps(_mm256_set1_ps(xs[b]), block_sum));
+            }
+            _mm256_storeu_ps(lanes, val);
+            for (int r = 0; r < 8 && first + r < end; r++) out[first + r] = lanes[r];
+        }
+    }
 }
 
 /* Rows of a q4k matrix taken together by matmul_q4k_tokens_avx2(): their
@@ -2890,25 +2915,42 @@ static inline __attribute__((always_inline)) AVX2 __m256i q6k_madd_avx2(__m256i 
     return _mm256_add_epi32(acc, _mm256_madd_epi16(centered, scales));
 }
 
-/* matvec_q6k() for x86, through q6k_madd_avx2(); the floats are combined as in
-   the plain kernel, so the results are its bits. */
+/* matvec_q6k() for x86, through q6k_madd_avx2(), 8 rows at a time as in
+   matvec_q4k_avx2(): the rows take the lanes of the totals and of the floats,
+   each combining its blocks as the plain kernel does, so the results are its
+   bits. Rows past `end` repeat the last row. */
 static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
                                  int end) {
     int blocks = n / Q6K_BLOCK;
-    for (int i = begin; i < end; i++) {
-        const uint8_t *block = w->q6k + (size_t)i * blocks * Q6K_BLOCK_BYTES;
-        float val = 0.0f;
-        for (int b = 0; b < blocks; b++, block += Q6K_BLOCK_BYTES) {
-            const int8_t *x = xq + (size_t)Q6K_BLOCK * b;
-            __m256i q[8], scales[8], acc = _mm256_setzero_si256();
-            q6k_unpack_avx2(block, q, scales);
-            for (int v = 0; v < 8; v++) acc = q6k_madd_avx2(acc, q[v], scales[v], x + 32 * v);
-            __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-            sum = _mm_hadd_epi32(sum, sum);
-            int32_t dot = _mm_cvtsi128_si32(_mm_hadd_epi32(sum, sum));
-            val += xs[b] * (half_to_float(block + Q6K_D) * (float)dot);
+    for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
+        int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
+        for (int first = begin; first < end; first += 8) {
+            __m256i dots[BLOCKS_PER_CHUNK][8];
+            uint32_t d_halves[BLOCKS_PER_CHUNK][8];
+            for (int r = 0; r < 8; r++) {
+                int i = first + r < end ? first + r : end - 1;
+                const uint8_t *block = w->q6k + ((size_t)i * blocks + c0) * Q6K_BLOCK_BYTES;
+                for (int b = c0; b < c1; b++, block += Q6K_BLOCK_BYTES) {
+                    const int8_t *x = xq + (size_t)Q6K_BLOCK * b;
+                    __m256i q[8], scales[8], acc = _mm256_setzero_si256();
+                    for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
+                    q6k_unpack_avx2(block, q, scales);
+                    for (int v = 0; v < 8; v++) acc = q6k_madd_avx2(acc, q[v], scales[v], x + 32 * v);
+                    dots[b - c0][r] = acc;
+                    d_halves[b - c0][r] = block[Q6K_D] | (uint32_t)block[Q6K_D + 1] << 8;
+                }
+            }
+            float lanes[8];
+            for (int r = 0; r < 8; r++) lanes[r] = c0 && first + r < end ? out[first + r] : 0.0f;
+            __m256 val = _mm256_loadu_ps(lanes);
+            for (int b = c0; b < c1; b++) {
+                __m256 d = halves_to_floats_avx2(_mm256_loadu_si256((const __m256i *)d_halves[b - c0]));
+                __m256 dot = _mm256_cvtepi32_ps(row_totals_avx2(dots[b - c0]));
+                val = _mm256_add_ps(val, _mm256_mul_ps(_mm256_set1_ps(xs[b]), _mm256_mul_ps(d, dot)));
+            }
+            _mm256_storeu_ps(lanes, val);
+            for (int r = 0; r < 8 && first + r < end; r++) out[first + r] = lanes[r];
         }
-        out[i] = val;
     }
 }
 

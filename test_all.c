@@ -243,6 +243,13 @@ static uint16_t half_bits(float v) {
     return (uint16_t)((((bits >> 23) & 255) - 112) << 10 | (bits >> 13 & 1023));
 }
 
+/* Any finite fp16 number's bits, from the whole range: either sign, subnormal
+   to 65504 (exponent 31, inf and NaN, is left out). */
+static uint16_t random_finite_half(void) {
+    uint16_t bits = (uint16_t)((lcg_uniform() + 1) * 32768);
+    return (bits & 0x7c00) == 0x7c00 ? bits & 0xbfff : bits;
+}
+
 /* A q4k matrix (llama.cpp's Q4_K layout, see run.c): per sub-block of 32 a
    scale (max - min) / 15 and a min -min(0, x), both as 6-bit multiples of the
    block's fp16 d and dmin, and q = round((x + min) / scale). Not llama.cpp's
@@ -2391,6 +2398,12 @@ static void check_block_matvec(const char *type, const Matrix *m, BlockMatvec pl
     fast_fn(fast, xq, xs, m, n, 0, d);
     check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s %s matvec (n %d, d %d) differs from plain", kernels->name,
           type, n, d);
+    /* as threads split the rows: ranges that start and end off any multiple of 8 */
+    memset(fast, 0, d * sizeof(float));
+    for (int begin = 0, step = 3; begin < d; begin += step, step += 7)
+        fast_fn(fast, xq, xs, m, n, begin, begin + step < d ? begin + step : d);
+    check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s %s matvec (n %d, d %d) in row ranges differs from plain",
+          kernels->name, type, n, d);
     free(x), free(xs), free(xq), free(plain), free(fast);
 }
 
@@ -2405,6 +2418,7 @@ static void test_fast_matvec_q4k(void) {
         for (size_t i = 0; i < bytes; i++) blocks[i] = (uint8_t)(lcg_uniform() * 128 + 128);
         for (size_t b = 0; b < bytes / 144; b++) {
             uint16_t dd = half_bits(fabsf(lcg_uniform()) / 50), dmin = half_bits(fabsf(lcg_uniform()) / 50);
+            if (b % 3 == 2) dd = random_finite_half(), dmin = random_finite_half(); /* signs, subnormals, large */
             memcpy(blocks + 144 * b, &dd, 2), memcpy(blocks + 144 * b + 2, &dmin, 2);
         }
         Matrix m = {.q4k = blocks};
@@ -2420,6 +2434,10 @@ static void test_fast_matvec_q6k(void) {
         int n = shapes[k][0], d = shapes[k][1];
         uint8_t *blocks = malloc((size_t)d * n / 256 * 210);
         random_q6k_blocks(blocks, (size_t)d * n / 256);
+        for (size_t b = 2; b < (size_t)d * n / 256; b += 3) { /* signs, subnormals, large */
+            uint16_t dd = random_finite_half();
+            memcpy(blocks + 210 * b + 208, &dd, 2);
+        }
         /* the extremes in the first block: every q 63 (q - 32 = 31) with scale 127; one-row shapes q 0 (-32) with -128 */
         memset(blocks, d > 1 ? 0xff : 0, 192), memset(blocks + 192, d > 1 ? 0x7f : 0x80, 16);
         Matrix m = {.q6k = blocks};
