@@ -22,6 +22,13 @@ The draft model for speculative decoding is made apart from `all`:
 `train.py distill`, which trains it on to agree with demo/model.bin's own
 next-token distribution (demo/draft_distill_log.txt).
 
+A wide model, for measuring 4-bit quantization, is made apart from `all` too:
+`train.py train --wide` (demo/wide_ckpt.pt, demo/wide_train_log.txt) trains
+the model with dim 256 and hidden_dim 768, so every matrix's rows are whole
+blocks of 256 and `export.py --quant Q4_K_M` gives each one Q4_K or Q6_K,
+none falling back (the demo model's 128-wide rows would). It needs
+demo/stories.txt (`train.py data`) and the shipped demo/tok.model.
+
 Each step is also a sub-command (e.g. `train.py fixture`). The shipped
 demo/model.bin and demo/tokenizer.bin come from the project's export.py:
 
@@ -59,6 +66,10 @@ MODEL_ARGS = dict(dim=128, n_layers=5, n_heads=4, n_kv_heads=2,
 
 # --draft: a model about 7 times smaller, for speculative decoding (run -d)
 DRAFT_ARGS = dict(MODEL_ARGS, dim=64, n_layers=2, hidden_dim=192)
+
+# --wide: every matrix's rows a multiple of 256 wide (wq, wk, wv, w1, w3 and the
+# classifier dim, wo q_dim = dim, w2 hidden_dim = 3 x 256), for Q4_K_M's blocks
+WIDE_ARGS = dict(MODEL_ARGS, dim=256, hidden_dim=768)
 
 FIXTURE_PROMPT = "Once upon a time, there was a little fox named Tom."
 
@@ -331,8 +342,9 @@ def step_train(args):
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
-    a = dict(DRAFT_ARGS if args.draft else MODEL_ARGS)
-    ckpt, log_name = ("draft_ckpt.pt", "draft_train_log.txt") if args.draft else ("ckpt.pt", "train_log.txt")
+    kind = "draft" if args.draft else "wide" if args.wide else None
+    a = dict({"draft": DRAFT_ARGS, "wide": WIDE_ARGS}.get(kind, MODEL_ARGS))
+    ckpt, log_name = (f"{kind}_ckpt.pt", f"{kind}_train_log.txt") if kind else ("ckpt.pt", "train_log.txt")
     T = a["max_seq_len"]
     seqs = encode_stories()
     n_val = max(1, len(seqs) // 20)
@@ -383,9 +395,9 @@ def step_train(args):
         return F.cross_entropy(model(x).view(-1, a["vocab_size"]), y.reshape(-1))
 
     log = open(p(log_name), "w")
-    log.write(f"# made by: /usr/bin/python3 demo/train.py {'train --draft' if args.draft else 'all'} --seed {args.seed}"
+    log.write(f"# made by: /usr/bin/python3 demo/train.py {'train --' + kind if kind else 'all'} --seed {args.seed}"
               f" (count {args.count}, steps {args.steps}, batch {args.batch},"
-              f" lr {args.lr}, threads {args.threads})\n")
+              f" lr {args.lr}, warmup {args.warmup}, threads {args.threads})\n")
     log.write(f"# model_args {a}, {nparams} parameters\n")
     log.write("# step  train_loss  val_loss  lr  elapsed_s\n")
     seconds = fit(model, args, lr_at, batch_loss, val_loss, log, ckpt)
@@ -552,7 +564,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--draft", action="store_true", help="train: the small draft model, into demo/draft_ckpt.pt")
+    kind = ap.add_mutually_exclusive_group()
+    kind.add_argument("--draft", action="store_true", help="train: the small draft model, into demo/draft_ckpt.pt")
+    kind.add_argument("--wide", action="store_true",
+                      help="train: the 256-wide model (every row whole Q4_K blocks), into demo/wide_ckpt.pt")
     ap.add_argument("--teacher-stories", type=int, default=2000, help="distill: training stories the model labels")
     args = ap.parse_args()
     names = list(STEPS) if args.step == "all" else [args.step]
