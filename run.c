@@ -2276,12 +2276,12 @@ typedef struct {
     void (*matmul_q8_tokens)(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
                              int group_size, int T, int begin, int end);
     /* the same for q4k weights, on quantize()'s values and scales (group size
-       Q4K_BLOCK) and the inputs' sums over every 32 (q4k_input_sums()) */
-    void (*matmul_q4k_tokens)(float *out, size_t out_stride, const int8_t *xq, const float *xs, const int16_t *x_sums,
-                              const Matrix *w, int n, int T, int begin, int end);
-    /* and for q6k weights, on quantize()'s values and scales alone */
-    void (*matmul_q6k_tokens)(float *out, size_t out_stride, const int8_t *xq, const float *xs, const Matrix *w, int n,
-                              int T, int begin, int end);
+       Q4K_BLOCK) laid out by prepare_block_tokens() */
+    void (*matmul_q4k_tokens)(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
+                              int begin, int end);
+    /* and for q6k weights, the same way */
+    void (*matmul_q6k_tokens)(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
+                              int begin, int end);
 } KernelSet;
 
 static int cpu_has_always(void) { return 1; }
@@ -2303,16 +2303,43 @@ static const KernelSet plain_kernels = {
     .attention_block = attention_block_plain,
 };
 
-/* The sums of tokens [first, last)'s int8 inputs over each 32 (the q4k
-   sub-blocks, whose mins multiply them), int16 sums[t * (n / 32) + s]. */
-static void q4k_input_sums(void *scratch, const int8_t *xq, int n, int first, int last) {
-    int16_t *sums = scratch;
+/* The sums of n int8 inputs over each run of `run` (32: the q4k sub-blocks,
+   whose mins multiply them; 16: the q6k sub-blocks, whose -32 does). */
+static void input_sums(int16_t *sums, const int8_t *x, int n, int run) {
+    for (int s = 0; s < n / run; s++) {
+        int sum = 0; /* at most 32 * 127 */
+        for (int k = 0; k < run; k++) sum += x[run * s + k];
+        sums[s] = (int16_t)sum;
+    }
+}
+
+/* The batched q4k and q6k kernels' inputs: tokens [first, last) of T,
+   quantized per block of 256, laid out per group of 8 tokens and per block:
+   8 x 8 runs of 32 int8 values (run j of the 8 tokens in turn); the sums
+   over each 32 in pairs for each token (int16 [4][8][2]: runs 2p and 2p + 1
+   of token k at [p][k]); the sums over each 16 the same way ([8][8][2]: the
+   halves of run j); the 8 tokens' scales. A group's lanes past T repeat the
+   last token. */
+#define TOKEN_VALUES (8 * 256)
+#define TOKEN_SUMS32 TOKEN_VALUES
+#define TOKEN_SUMS16 (TOKEN_SUMS32 + 4 * 8 * 2 * 2)
+#define TOKEN_SCALES (TOKEN_SUMS16 + 8 * 8 * 2 * 2)
+#define TOKENS_BYTES (TOKEN_SCALES + 8 * 4)
+static void prepare_block_tokens(void *scratch, const int8_t *xq, const float *xs, int n, int T, int first, int last) {
+    int blocks = n / 256;
     for (int t = first; t < last; t++)
-        for (int s = 0; s < n / 32; s++) {
-            int sum = 0; /* at most 32 * 127 */
-            for (int k = 0; k < 32; k++) sum += xq[(size_t)t * n + 32 * s + k];
-            sums[(size_t)t * (n / 32) + s] = (int16_t)sum;
-        }
+        for (int lane = t % 8; lane < (t == T - 1 ? 8 : t % 8 + 1); lane++)
+            for (int b = 0; b < blocks; b++) {
+                uint8_t *group = (uint8_t *)scratch + ((size_t)(t / 8) * blocks + b) * TOKENS_BYTES;
+                const int8_t *x = xq + (size_t)t * n + 256 * b;
+                int16_t sums32[8], sums16[16];
+                input_sums(sums32, x, 256, 32);
+                input_sums(sums16, x, 256, 16);
+                for (int j = 0; j < 8; j++) memcpy(group + 32 * (8 * j + lane), x + 32 * j, 32);
+                for (int j = 0; j < 8; j++) memcpy(group + TOKEN_SUMS32 + 2 * (2 * (8 * (j / 2) + lane) + j % 2), &sums32[j], 2);
+                for (int h = 0; h < 16; h++) memcpy(group + TOKEN_SUMS16 + 2 * (2 * (8 * (h / 2) + lane) + h % 2), &sums16[h], 2);
+                memcpy(group + TOKEN_SCALES + 4 * lane, &xs[(size_t)t * blocks + b], 4);
+            }
 }
 
 /* The matvec kernels walk blocks of rows, 64 bytes of each at a time, and ask
@@ -2769,7 +2796,7 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
     for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
         int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
         int16_t x_sums[BLOCKS_PER_CHUNK * 8];
-        q4k_input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 0, 1);
+        input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 32);
         for (int first = begin; first < end; first += 8) {
             __m256i dots[BLOCKS_PER_CHUNK][8];
             __m128i min_products[BLOCKS_PER_CHUNK][8];
@@ -2822,52 +2849,50 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
 #define Q4K_ROW_TILE 16
 
 /* matvec_q4k_avx2() for T tokens at once: out[t * out_stride + i] = W[i] . x[t]
-   for rows [begin, end), x being T rows of n int8 inputs with their scales and
-   their sums over each sub-block of 32 (q4k_input_sums()). 8 tokens take the
-   lanes of the integer totals and of the floats, each lane combining them as
-   the plain kernel does (the lanes of tokens past T repeat the last token). */
-static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int8_t *xq, const float *xs,
-                                        const int16_t *x_sums, const Matrix *w, int n, int T, int begin, int end) {
+   for rows [begin, end), the tokens' inputs laid out by prepare_block_tokens().
+   8 tokens take the lanes of the integer totals and of the floats, each lane
+   combining them as the plain kernel does; the mins' products come 8 tokens
+   at a time from the sums' pairs. */
+static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
+                                        int T, int begin, int end) {
     const __m256i low_nibbles = _mm256_set1_epi8(15);
     int blocks = n / Q4K_BLOCK;
     for (int tile = begin; tile < end; tile += Q4K_ROW_TILE) {
         int tile_end = end - tile < Q4K_ROW_TILE ? end : tile + Q4K_ROW_TILE;
         for (int first = 0; first < T; first += 8) {
-            const int8_t *x[8];
-            const int16_t *sums[8];
-            const float *x_scales[8];
-            for (int k = 0; k < 8; k++) {
-                int t = first + k < T ? first + k : T - 1;
-                x[k] = xq + (size_t)t * n, sums[k] = x_sums + (size_t)t * (n / 32), x_scales[k] = xs + (size_t)t * blocks;
-            }
+            const uint8_t *group = (const uint8_t *)tokens + (size_t)(first / 8) * blocks * TOKENS_BYTES;
             for (int i = tile; i < tile_end; i++) {
-                const uint8_t *block = w->q4k + (size_t)i * blocks * Q4K_BLOCK_BYTES;
+                const uint8_t *block = w->q4k + (size_t)i * blocks * Q4K_BLOCK_BYTES, *in = group;
                 __m256 val = _mm256_setzero_ps();
-                for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES) {
-                    __m256i q[8], scales[8], acc[8];
-                    __m128i min_vector, min_products[8];
+                for (int b = 0; b < blocks; b++, block += Q4K_BLOCK_BYTES, in += TOKENS_BYTES) {
+                    __m256i q[8], scales[8], acc[8], mins = _mm256_setzero_si256();
+                    __m128i min_vector;
                     q4k_scales_avx2(block + 4, scales, &min_vector);
                     for (int pair = 0; pair < 4; pair++) {
                         __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
                         q[2 * pair] = _mm256_and_si256(bytes, low_nibbles);
                         q[2 * pair + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibbles);
                     }
-                    float x_scale[8];
-                    for (int k = 0; k < 8; k++) {
-                        acc[k] = _mm256_setzero_si256();
-                        min_products[k] = _mm_madd_epi16(min_vector, _mm_loadu_si128((const __m128i *)(sums[k] + 8 * b)));
-                        x_scale[k] = x_scales[k][b];
+                    __m256i min_pairs = _mm256_set_m128i(min_vector, min_vector); /* int32 lane p: mins 2p, 2p + 1 */
+                    for (int pair = 0; pair < 4; pair++) {
+                        __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS32 + 32 * pair));
+                        __m256i min_pair = _mm256_permutevar8x32_epi32(min_pairs, _mm256_set1_epi32(pair));
+                        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(sums, min_pair));
                     }
+                    for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_si256();
                     for (int j = 0; j < 8; j++)
                         for (int k = 0; k < 8; k++) {
-                            __m256i xv = _mm256_loadu_si256((const __m256i *)(x[k] + (size_t)Q4K_BLOCK * b + 32 * j));
+                            __m256i xv = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * j + k)));
                             acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], xv), scales[j]));
                         }
-                    __m256 d = _mm256_set1_ps(half_to_float(block)), dmin = _mm256_set1_ps(half_to_float(block + 2));
+                    uint32_t halves;
+                    memcpy(&halves, block, 4);
+                    __m256i both = _mm256_set1_epi32((int)halves);
+                    __m256 d = halves_to_floats_avx2(both), dmin = halves_to_floats_avx2(_mm256_srli_epi32(both, 16));
                     __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
-                    __m256 min_totals = _mm256_cvtepi32_ps(lane_totals4(min_products));
-                    __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(d, dots), _mm256_mul_ps(dmin, min_totals));
-                    val = _mm256_add_ps(val, _mm256_mul_ps(_mm256_loadu_ps(x_scale), block_sum));
+                    __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(d, dots), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mins)));
+                    __m256 x_scales = _mm256_loadu_ps((const float *)(in + TOKEN_SCALES));
+                    val = _mm256_add_ps(val, _mm256_mul_ps(x_scales, block_sum));
                 }
                 float lanes[8];
                 _mm256_storeu_ps(lanes, val);
@@ -2880,9 +2905,10 @@ static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const int
 /* A q6k block's 6-bit values q (0-63) in q[v], v = 4 * half + m holding
    values 128 half + 32 m + (0-31) (see q6k_values()), and the scales of their
    two sub-blocks 2 v and 2 v + 1 as int16 in the low and high 8 lanes of
-   scales[v], the lanes of vpmaddubsw's sums of the low and high 16 values. */
+   scales[v], the lanes of vpmaddubsw's sums of the low and high 16 values;
+   all 16 scales as int16 in *all_scales. */
 static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uint8_t *block, __m256i q[8],
-                                                                       __m256i scales[8]) {
+                                                                       __m256i scales[8], __m256i *all_scales) {
     const __m256i low_nibbles = _mm256_set1_epi8(15), high_pair = _mm256_set1_epi8(0x30);
     for (int half = 0; half < 2; half++) {
         __m256i low0 = _mm256_loadu_si256((const __m256i *)(block + 64 * half));
@@ -2898,21 +2924,23 @@ static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uin
                                           _mm256_and_si256(_mm256_srli_epi16(high, 2), high_pair));
     }
     __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
+    *all_scales = _mm256_cvtepi8_epi16(packed);
     for (int v = 0; v < 8; v++) {
         long long lo = 0x0101010101010101LL * (2 * v), hi = 0x0101010101010101LL * (2 * v + 1);
         scales[v] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed, _mm_set_epi64x(hi, lo)));
     }
 }
 
-/* acc += the sub-block scales times (q - 32) . x for 32 values: vpmaddubsw of
-   q (unsigned, 0-63) and of 32 by the int8 x, each pair sum at most 2 * 63 *
-   128, differ by (q - 32) . x per pair (at most 2 * 32 * 128); vpmaddwd
-   applies the scales. All exact, so the totals are the plain kernel's. */
+/* acc += the sub-block scales times q . x for 32 values: vpmaddubsw of q
+   (unsigned, 0-63) and the int8 x, each pair sum at most 2 * 63 * 128, then
+   vpmaddwd with the scales. The kernels take the -32 apart, as 32 times the
+   scales times the inputs' sums over each 16 (at most 32 * 16 * 128 * 128 per
+   block): sum scale (q - 32) . x = sum scale q . x - 32 sum scale sum x. The
+   integers are exact either way, so the totals are the plain kernel's. */
 static inline __attribute__((always_inline)) AVX2 __m256i q6k_madd_avx2(__m256i acc, __m256i q, __m256i scales,
                                                                          const int8_t *x) {
     __m256i xv = _mm256_loadu_si256((const __m256i *)x);
-    __m256i centered = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(_mm256_set1_epi8(32), xv));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(centered, scales));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), scales));
 }
 
 /* matvec_q6k() for x86, through q6k_madd_avx2(), 8 rows at a time as in
@@ -2924,6 +2952,8 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
     int blocks = n / Q6K_BLOCK;
     for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
         int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
+        int16_t x_sums[BLOCKS_PER_CHUNK * 16];
+        input_sums(x_sums, xq + (size_t)Q6K_BLOCK * c0, Q6K_BLOCK * (c1 - c0), 16);
         for (int first = begin; first < end; first += 8) {
             __m256i dots[BLOCKS_PER_CHUNK][8];
             uint32_t d_halves[BLOCKS_PER_CHUNK][8];
@@ -2932,11 +2962,12 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
                 const uint8_t *block = w->q6k + ((size_t)i * blocks + c0) * Q6K_BLOCK_BYTES;
                 for (int b = c0; b < c1; b++, block += Q6K_BLOCK_BYTES) {
                     const int8_t *x = xq + (size_t)Q6K_BLOCK * b;
-                    __m256i q[8], scales[8], acc = _mm256_setzero_si256();
+                    __m256i q[8], scales[8], all_scales, acc = _mm256_setzero_si256();
                     for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
-                    q6k_unpack_avx2(block, q, scales);
+                    q6k_unpack_avx2(block, q, scales, &all_scales);
                     for (int v = 0; v < 8; v++) acc = q6k_madd_avx2(acc, q[v], scales[v], x + 32 * v);
-                    dots[b - c0][r] = acc;
+                    __m256i sums = _mm256_loadu_si256((const __m256i *)(x_sums + 16 * (b - c0)));
+                    dots[b - c0][r] = _mm256_sub_epi32(acc, _mm256_slli_epi32(_mm256_madd_epi16(all_scales, sums), 5));
                     d_halves[b - c0][r] = block[Q6K_D] | (uint32_t)block[Q6K_D + 1] << 8;
                 }
             }
@@ -2954,34 +2985,36 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
     }
 }
 
-/* matvec_q6k_avx2() for T tokens at once: each block is unpacked once for
-   all the tokens, 8 tokens take the lanes of the totals and of the floats
-   (past T repeating the last token). */
-static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const int8_t *xq, const float *xs,
-                                        const Matrix *w, int n, int T, int begin, int end) {
+/* matvec_q6k_avx2() for T tokens at once, the tokens' inputs laid out by
+   prepare_block_tokens(): each block is unpacked once for all the tokens, 8
+   tokens take the lanes of the totals and of the floats, and the -32 comes 8
+   tokens at a time from the sums' pairs. */
+static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
+                                        int T, int begin, int end) {
     int blocks = n / Q6K_BLOCK, groups = (T + 7) / 8;
     for (int i = begin; i < end; i++) {
         const uint8_t *block = w->q6k + (size_t)i * blocks * Q6K_BLOCK_BYTES;
         __m256 val[MAX_BATCH / 8];
         for (int g = 0; g < groups; g++) val[g] = _mm256_setzero_ps();
         for (int b = 0; b < blocks; b++, block += Q6K_BLOCK_BYTES) {
-            __m256i q[8], scales[8];
-            q6k_unpack_avx2(block, q, scales);
-            __m256 d = _mm256_set1_ps(half_to_float(block + Q6K_D));
+            __m256i q[8], scales[8], all_scales;
+            q6k_unpack_avx2(block, q, scales, &all_scales);
+            __m256 d = halves_to_floats_avx2(_mm256_set1_epi32(block[Q6K_D] | block[Q6K_D + 1] << 8));
             for (int g = 0; g < groups; g++) {
-                const int8_t *x[8];
-                __m256i acc[8];
-                float x_scale[8];
-                for (int k = 0; k < 8; k++) {
-                    int t = 8 * g + k < T ? 8 * g + k : T - 1;
-                    x[k] = xq + (size_t)t * n + (size_t)Q6K_BLOCK * b;
-                    acc[k] = _mm256_setzero_si256();
-                    x_scale[k] = xs[(size_t)t * blocks + b];
+                const uint8_t *in = (const uint8_t *)tokens + ((size_t)g * blocks + b) * TOKENS_BYTES;
+                __m256i acc[8], offsets = _mm256_setzero_si256();
+                for (int v = 0; v < 8; v++) { /* int32 lane v of all_scales: the scales of sub-blocks 2v, 2v + 1 */
+                    __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS16 + 32 * v));
+                    __m256i scale_pair = _mm256_permutevar8x32_epi32(all_scales, _mm256_set1_epi32(v));
+                    offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(sums, scale_pair));
                 }
+                for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_si256();
                 for (int v = 0; v < 8; v++)
-                    for (int k = 0; k < 8; k++) acc[k] = q6k_madd_avx2(acc[k], q[v], scales[v], x[k] + 32 * v);
-                __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
-                val[g] = _mm256_add_ps(val[g], _mm256_mul_ps(_mm256_loadu_ps(x_scale), _mm256_mul_ps(d, dots)));
+                    for (int k = 0; k < 8; k++)
+                        acc[k] = q6k_madd_avx2(acc[k], q[v], scales[v], (const int8_t *)in + 32 * (8 * v + k));
+                __m256i totals = _mm256_sub_epi32(row_totals_avx2(acc), _mm256_slli_epi32(offsets, 5));
+                __m256 x_scales = _mm256_loadu_ps((const float *)(in + TOKEN_SCALES));
+                val[g] = _mm256_add_ps(val[g], _mm256_mul_ps(x_scales, _mm256_mul_ps(d, _mm256_cvtepi32_ps(totals))));
             }
         }
         for (int g = 0; g < groups; g++) {
@@ -4495,7 +4528,8 @@ static void quantize_task(void *ctx, int begin, int end, int thread) {
     (void)thread;
     kernels->quantize(b->xq + (size_t)first * n, b->xq_scale + (size_t)first * (n / gs), job->x + (size_t)first * n,
                       (last - first) * n, gs);
-    if (job->batched && job->proj[0].w->q4k) q4k_input_sums(b->q8_tokens, b->xq, n, first, last);
+    if (job->batched && (job->proj[0].w->q4k || job->proj[0].w->q6k))
+        prepare_block_tokens(b->q8_tokens, b->xq, b->xq_scale, n, job->T, first, last);
     else if (job->batched && job->proj[0].w->q) kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, gs, job->T, 16 * begin, 16 * end);
 }
 
@@ -4505,9 +4539,9 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
     const Matrix *w = proj->w;
     int n = job->n, T = job->T, gs = job->group_size, d = proj->d;
     if (job->batched && w->q4k) {
-        kernels->matmul_q4k_tokens(proj->out, d, b->xq, b->xq_scale, b->q8_tokens, w, n, T, begin, end);
+        kernels->matmul_q4k_tokens(proj->out, d, b->q8_tokens, w, n, T, begin, end);
     } else if (job->batched && w->q6k) {
-        kernels->matmul_q6k_tokens(proj->out, d, b->xq, b->xq_scale, w, n, T, begin, end);
+        kernels->matmul_q6k_tokens(proj->out, d, b->q8_tokens, w, n, T, begin, end);
     } else if (job->batched && w->q) {
         kernels->matmul_q8_tokens(proj->out, d, out_t, b->q8_tokens, w, n, gs, T, begin, end);
     } else if (job->batched) {

@@ -2484,12 +2484,13 @@ static void test_batched_matmul(void) {
     for (int i = 0; i < d * n_max; i++) wq[i] = (int8_t)(lcg_uniform() * 128);
     float *plain = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast = calloc((size_t)MAX_BATCH * d, sizeof(float));
     float *fast16 = calloc((size_t)MAX_BATCH * 16, sizeof(float)), *plain16 = calloc((size_t)MAX_BATCH * d, sizeof(float));
-    /* q4k: d rows of two blocks, random scales and values, small d and dmin; inputs 512 wide */
+    /* q4k: d rows of two blocks, random scales and values, mostly small d and dmin; inputs 512 wide */
     uint8_t *q4k_blocks = malloc((size_t)d * 2 * 144);
     float *x512 = random_tensor((size_t)MAX_BATCH * 512, 1, 0);
     for (int i = 0; i < d * 2 * 144; i++) q4k_blocks[i] = (uint8_t)(lcg_uniform() * 128 + 128);
     for (int i = 0; i < 2 * d; i++) {
         uint16_t d_bits = half_bits(0.002f + fabsf(lcg_uniform()) / 100), dmin_bits = half_bits(fabsf(lcg_uniform()) / 100);
+        if (i % 3 == 2) d_bits = random_finite_half(), dmin_bits = random_finite_half(); /* signs, subnormals, large */
         memcpy(q4k_blocks + 144 * i, &d_bits, 2), memcpy(q4k_blocks + 144 * i + 2, &dmin_bits, 2);
     }
     uint8_t *q6k_blocks = malloc((size_t)d * 2 * 210);
