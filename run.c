@@ -2738,21 +2738,23 @@ dot8_vnni(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
 }
 
 /* A q4k block's 6-bit scales, each as int16 in all 16 lanes of scales[j], and
-   its mins as 8 int16, from the 12 packed bytes (see q4k_scale_min()) four at
-   a time: the low 6 bits of bytes 0-3 and 4-7; the nibbles of bytes 8-11 with
-   the top 2 bits of bytes 0-3 and 4-7 above them. */
+   its mins as 8 int16, from the 12 packed bytes (see q4k_scale_min()), 16 at
+   a time: the low 6 bits of bytes 0-3 (scales 0-3) and 4-7 (mins 0-3); the
+   low and high nibbles of bytes 8-11 (scales and mins 4-7), with the top 2
+   bits of bytes 0-3 and 4-7 above them. The 16 bytes read end inside the block. */
 static inline __attribute__((always_inline)) AVX2 void q4k_scales_avx2(const uint8_t *packed, __m256i scales[8],
                                                                        __m128i *mins) {
-    uint32_t word[3];
-    memcpy(word, packed, sizeof word);
-    uint32_t scales_low = word[0] & 0x3f3f3f3f, mins_low = word[1] & 0x3f3f3f3f;
-    uint32_t scales_high = (word[2] & 0x0f0f0f0f) | ((word[0] >> 6) & 0x03030303) << 4;
-    uint32_t mins_high = ((word[2] >> 4) & 0x0f0f0f0f) | ((word[1] >> 6) & 0x03030303) << 4;
-    __m256i wide = _mm256_cvtepu8_epi16(_mm_set_epi32((int)mins_high, (int)mins_low, (int)scales_high, (int)scales_low));
+    __m128i bytes = _mm_loadu_si128((const __m128i *)packed);
+    __m128i low = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    __m128i top = _mm_shuffle_epi8(bytes, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    __m128i six_bits = _mm_and_si128(low, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    __m128i high_nibbles = _mm_and_si128(_mm_srli_epi16(low, 4), _mm_setr_epi32(0, 0, 0, 0x0f0f0f0f));
+    __m128i top_bits = _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)); /* bits 6-7 to 4-5 */
+    __m256i wide = _mm256_cvtepu8_epi16(_mm_or_si128(_mm_or_si128(six_bits, high_nibbles), top_bits));
     *mins = _mm256_extracti128_si256(wide, 1);
-    __m256i low = _mm256_permute2x128_si256(wide, wide, 0x00); /* scales 0-7 in both halves */
+    __m256i all = _mm256_permute2x128_si256(wide, wide, 0x00); /* scales 0-7 in both halves */
     for (int j = 0; j < 8; j++)
-        scales[j] = _mm256_shuffle_epi8(low, _mm256_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
+        scales[j] = _mm256_shuffle_epi8(all, _mm256_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
 }
 
 /* Blocks of a q4k or q6k row that the decode kernels take at once, keeping
@@ -2776,9 +2778,10 @@ static inline __attribute__((always_inline)) AVX2 __m256i lane_totals4(const __m
     return _mm256_set_m128i(high, low);
 }
 
-/* How far ahead of a q4k or q6k block the decode kernels ask for data: about
-   two rows of 2048 values, past what the hardware prefetcher fetches alone. */
-#define BLOCK_PREFETCH_BYTES 2048
+/* How far ahead of a q4k or q6k block the decode kernels ask for data: 4 KB,
+   past what the hardware prefetcher fetches alone (measured on Zen 3 with 2
+   threads: 1.3x the bytes per second of no prefetch, 1.05x of 2 KB ahead). */
+#define BLOCK_PREFETCH_BYTES 4096
 
 /* matvec_q4k() for x86, 8 rows at a time. A pair of sub-blocks is 32 bytes
    of 4-bit values; vpmaddubsw multiplies them (unsigned, 0-15) by the int8
