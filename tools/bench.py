@@ -5,7 +5,8 @@ Random-weight models of the stories15M, stories110M and TinyLlama-1.1B shapes
 are written by ../shared/tools/gen_model.c (fp32, legacy layout) into a cache
 folder ($BENCH_DIR, default /tmp/run-bench), with int8 copies made by export.py
 and, for the shapes whose widths are whole blocks of 256, version 3 files of
-random q4k blocks (q4k_model(): speed only, the weights are not the fp32 ones).
+random q4k and q6k blocks as Q4_K_M mixes them (q4k_model(): speed only, the
+weights are not the fp32 ones).
 For each model and thread count it runs ./run twice: a 200-token prompt with
 one generated token (prefill tok/s), and a one-word prompt with N generated
 tokens (decode tok/s); with all cores, three times, keeping the best figures.
@@ -172,34 +173,51 @@ def models(name, args):
 
 
 def q4k_model(name, int8):
-    """A version 3 copy of the int8 file with random q4k blocks (fp16 d and dmin of
-    2^-14, random 6-bit scales and mins and 4-bit values) for every matrix, for
-    speed only; None when a width is not whole blocks of 256."""
+    """A version 3 copy of the int8 file with random blocks of the types llama.cpp's
+    Q4_K_M gives each matrix (q6k for the classifier and for wv and w2 in the layers
+    export.py's use_more_bits picks, q4k for the rest; fp16 d and dmin of 2^-14, random
+    scales and values), for speed only; None when a width is not whole blocks of 256."""
     import struct
     import numpy as np
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from export import use_more_bits
     with open(int8, "rb") as f:
         header = bytearray(f.read(256))
     dim, hidden, layers, heads, kv_heads, vocab = struct.unpack_from("<6i", header, 8)
     if dim % 256 or hidden % 256 or header[68:74] != bytes(6):  # whole blocks; no head size or flags of its own
         return None
-    path = os.path.join(CACHE, name + "_q4k.bin")
+    path = os.path.join(CACHE, name + "_q4km.bin")
     if os.path.exists(path):
         return path
     print(f"bench: writing {path}", file=sys.stderr)
     kv_dim = dim // heads * kv_heads
-    shapes = [(vocab, dim)] + [s for s in ((dim, dim), (kv_dim, dim), (kv_dim, dim), (dim, dim), (hidden, dim),
-                                           (dim, hidden), (hidden, dim)) for _ in range(layers)]
-    if not header[36]:
-        shapes.append((vocab, dim))
+    shared = bool(header[36])
+    matrices = [("embedding", -1, vocab, dim)] + [
+        (kind, layer, rows, cols)
+        for kind, rows, cols in (("wq", dim, dim), ("wk", kv_dim, dim), ("wv", kv_dim, dim), ("wo", dim, dim),
+                                 ("w1", hidden, dim), ("w2", dim, hidden), ("w3", hidden, dim))
+        for layer in range(layers)]
+    if not shared:
+        matrices.append(("classifier", -1, vocab, dim))
+
+    def is_q6k(kind, layer, rows, cols):
+        more = kind == "classifier" or kind == "embedding" and shared or \
+            kind in ("wv", "w2") and use_more_bits(layer, layers)
+        return more and rows * cols // 256 % 2 == 0  # export.py keeps an odd number of q6k blocks as int8
+
+    types = [3 if is_q6k(*m) else 2 for m in matrices]
     rng = np.random.default_rng(26)
     struct.pack_into("<i", header, 4, 3)  # version 3
     struct.pack_into("<i", header, 37, 0)  # group size: each matrix's own
     with open(path + ".tmp", "wb") as f:
-        f.write(header + b"".join(struct.pack("<ii", 2, 0) for _ in shapes))
+        f.write(header + b"".join(struct.pack("<ii", t, 0) for t in types))
         f.write(np.ones(2 * layers * dim + dim, "<f4").tobytes())
-        for rows, cols in shapes:
-            blocks = rng.integers(0, 256, size=(rows * cols // 256, 144), dtype=np.uint8)
-            blocks[:, 0:4] = np.frombuffer(struct.pack("<HH", 0x0400, 0x0400), np.uint8)
+        for (kind, layer, rows, cols), t in zip(matrices, types):
+            blocks = rng.integers(0, 256, size=(rows * cols // 256, 144 if t == 2 else 210), dtype=np.uint8)
+            if t == 2:
+                blocks[:, 0:4] = np.frombuffer(struct.pack("<HH", 0x0400, 0x0400), np.uint8)
+            else:
+                blocks[:, 208:210] = np.frombuffer(struct.pack("<H", 0x0400), np.uint8)
             f.write(blocks.tobytes())
     os.replace(path + ".tmp", path)
     return path
@@ -467,7 +485,7 @@ def main():
     for name, args, steps in SHAPES[:2] if quick else SHAPES:
         fp32, int8 = models(name, args)
         q4k = q4k_model(name, int8)
-        for kind, model in (("fp32", fp32), ("int8", int8)) + ((("q4k", q4k),) if q4k else ()):
+        for kind, model in (("fp32", fp32), ("int8", int8)) + ((("Q4_K_M", q4k),) if q4k else ()):
             for threads in sorted({cores, 1}, reverse=True):
                 # all cores: best of three runs, since on a shared machine the
                 # other tenants' load moves single runs by 10-20%
