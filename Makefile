@@ -76,7 +76,7 @@ demo: run
 
 BENCH_FLAGS ?=
 bench: run
-	python3 tools/bench.py $(BENCH_FLAGS)
+	$(or $(PYTHON),python3) tools/bench.py $(BENCH_FLAGS)
 
 clean:
 	rm -f run test_all run_sanitize test_all_sanitize run_arm64 test_all_arm64 run_arm64_qemu

@@ -2758,7 +2758,7 @@ static inline __attribute__((always_inline)) AVX2 void q4k_scales_avx2(const uin
 }
 
 /* Blocks of a q4k or q6k row that the decode kernels take at once, keeping
-   their partial sums for 8 rows (24 KB) and the inputs' sub-block sums on the
+   their partial sums for 8 rows (26 KB) and the inputs' sub-block sums on the
    stack: a row of 16384 values; wider rows are taken a chunk at a time. */
 #define BLOCKS_PER_CHUNK 64
 
@@ -2779,8 +2779,9 @@ static inline __attribute__((always_inline)) AVX2 __m256i lane_totals4(const __m
 }
 
 /* How far ahead of a q4k or q6k block the decode kernels ask for data: 4 KB,
-   past what the hardware prefetcher fetches alone (measured on Zen 3 with 2
-   threads: 1.3x the bytes per second of no prefetch, 1.05x of 2 KB ahead). */
+   past what the hardware prefetcher fetches alone (a timing loop of the q4k
+   kernel on 2 threads of Zen 3, weights from memory: 1.3x the bytes per
+   second of no prefetch, 1.1x of 2 KB ahead). */
 #define BLOCK_PREFETCH_BYTES 4096
 
 /* matvec_q4k() for x86, 8 rows at a time. A pair of sub-blocks is 32 bytes
@@ -2937,9 +2938,9 @@ static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uin
 /* acc += the sub-block scales times q . x for 32 values: vpmaddubsw of q
    (unsigned, 0-63) and the int8 x, each pair sum at most 2 * 63 * 128, then
    vpmaddwd with the scales. The kernels take the -32 apart, as 32 times the
-   scales times the inputs' sums over each 16 (at most 32 * 16 * 128 * 128 per
-   block): sum scale (q - 32) . x = sum scale q . x - 32 sum scale sum x. The
-   integers are exact either way, so the totals are the plain kernel's. */
+   scales times the inputs' sums over each 16 (at most 32 * 256 * 128 * 128 =
+   2^27 per block): sum scale (q - 32) . x = sum scale q . x - 32 sum scale
+   sum x. The integers are exact either way: the totals are the plain kernel's. */
 static inline __attribute__((always_inline)) AVX2 __m256i q6k_madd_avx2(__m256i acc, __m256i q, __m256i scales,
                                                                          const int8_t *x) {
     __m256i xv = _mm256_loadu_si256((const __m256i *)x);
@@ -4455,7 +4456,7 @@ typedef struct {
     int8_t *xq;      /* int8, q4k and q6k weights: matmul inputs in int8 [MAX_BATCH][widest] */
     float *xq_scale; /* and their scales [MAX_BATCH][widest / smallest_group] */
     float *x_t;         /* a batched fp32 matmul's input, as the kernel set lays it out [widest][MAX_BATCH] */
-    void *q8_tokens;    /* the same for int8 */
+    void *q8_tokens;    /* the same for int8 (prepare_q8_tokens), q4k and q6k (prepare_block_tokens()) */
     float *out_t;       /* batched matmuls' outputs before transposing back [rows of all projections][MAX_BATCH] */
 } Batch;
 
@@ -4488,7 +4489,9 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
         size_t groups = widest / c->smallest_group;
         b->xq = batch_buffer(MAX_BATCH * widest, 1);
         b->xq_scale = batch_buffer(MAX_BATCH * groups, sizeof(float));
-        /* values in 4-byte slots for every 2 of them at most, plus two numbers per group and token */
+        /* int8: values in 4-byte slots for every 2 of them at most, plus two numbers per group and
+           token; q4k and q6k: TOKENS_BYTES per 8 tokens and 256 values, under 2 bytes a value */
+        _Static_assert(TOKENS_BYTES <= 2 * 8 * 256, "the q4k and q6k inputs' layout fits the int8 one's room");
         b->q8_tokens = batch_buffer(MAX_BATCH * (2 * widest + 8 * groups), 1);
     }
     if (c->fp32_matrices) b->x_t = batch_buffer(MAX_BATCH * widest, sizeof(float));
@@ -4587,8 +4590,9 @@ static void matmul_task(void *ctx, int begin, int end, int thread) {
    take it in the same form. */
 static void matmul(Batch *b, const float *x, int n, int T, const Projection *proj, int count) {
     int group_size = input_group_size(proj[0].w), same = 1;
+    int blocks_of_256 = proj[0].w->q4k || proj[0].w->q6k; /* q4k and q6k take the same prepared input */
     while (same < count && input_group_size(proj[same].w) == group_size &&
-           !proj[same].w->q4k == !proj[0].w->q4k && !proj[same].w->q6k == !proj[0].w->q6k) same++;
+           !(proj[same].w->q4k || proj[same].w->q6k) == !blocks_of_256) same++;
     if (same < count) {
         matmul(b, x, n, T, proj, same);
         matmul(b, x, n, T, proj + same, count - same);
@@ -4596,9 +4600,8 @@ static void matmul(Batch *b, const float *x, int n, int T, const Projection *pro
     }
     MatmulJob job = {b, x, n, T, group_size, 0, proj, count};
     if (group_size) {
-        job.batched = T > 1 && (proj[0].w->q4k   ? kernels->matmul_q4k_tokens != NULL
-                                : proj[0].w->q6k ? kernels->matmul_q6k_tokens != NULL
-                                                 : kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0);
+        job.batched = T > 1 && (blocks_of_256 ? kernels->matmul_q4k_tokens && kernels->matmul_q6k_tokens
+                                              : kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0);
         /* a division and some twenty other steps per value: as slow as about 16 multiply-adds */
         parallel_for(quantize_task, &job, (T + 15) / 16, 16.0 * T * n);
     } else {

@@ -2409,8 +2409,8 @@ static void check_block_matvec(const char *type, const Matrix *m, BlockMatvec pl
 
 /* Each set's q4k matvec gives plain's bits, on random blocks. */
 static void test_fast_matvec_q4k(void) {
-    /* 17920: more blocks than Q4K_CHUNK */
-    static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}, {17920, 3}};
+    /* 17920: more blocks than BLOCKS_PER_CHUNK */
+    static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}, {17920, 3}, {17920, 17}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int n = shapes[k][0], d = shapes[k][1];
         size_t bytes = (size_t)d * n / 256 * 144;
@@ -2429,7 +2429,8 @@ static void test_fast_matvec_q4k(void) {
 
 /* Each set's q6k matvec gives plain's bits, on random blocks. */
 static void test_fast_matvec_q6k(void) {
-    static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}, {17920, 3}};
+    /* 17920: more blocks than BLOCKS_PER_CHUNK */
+    static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}, {17920, 3}, {17920, 17}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int n = shapes[k][0], d = shapes[k][1];
         uint8_t *blocks = malloc((size_t)d * n / 256 * 210);
@@ -2495,6 +2496,10 @@ static void test_batched_matmul(void) {
     }
     uint8_t *q6k_blocks = malloc((size_t)d * 2 * 210);
     random_q6k_blocks(q6k_blocks, 2 * (size_t)d);
+    for (int i = 2; i < 2 * d; i += 3) { /* signs, subnormals, large */
+        uint16_t d_bits = random_finite_half();
+        memcpy(q6k_blocks + 210 * i + 208, &d_bits, 2);
+    }
     float *plain6 = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast6 = calloc((size_t)MAX_BATCH * d, sizeof(float));
     static const int batch[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 40, MAX_BATCH}; /* 2-8: the few-token paths */
     /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step */
@@ -2530,7 +2535,7 @@ static void test_batched_matmul(void) {
                       "%s batched matmul of %d tokens (width %d, group size %d, 0 = fp32) on %d threads differs from plain matvecs",
                       kernels->name, T, n, gs, threads);
             }
-            /* q4k, q6k and int8 (group 4) on the same input: matmul() quantizes it for each */
+            /* q4k, q6k and int8 (group 4) on the same input: matmul() quantizes it once for q4k and q6k, again for int8 */
             int T = batch[k];
             Matrix m4 = {.q4k = q4k_blocks}, m6 = {.q6k = q6k_blocks}, m8 = {.q = wq, .scale = ws, .group_size = 4};
             int8_t xq512[512];

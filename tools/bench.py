@@ -203,7 +203,9 @@ def q4k_model(name, int8):
     def is_q6k(kind, layer, rows, cols):
         more = kind == "classifier" or kind == "embedding" and shared or \
             kind in ("wv", "w2") and use_more_bits(layer, layers)
-        return more and rows * cols // 256 % 2 == 0  # export.py keeps an odd number of q6k blocks as int8
+        # export.py would keep an odd number of q6k blocks as int8 (alignment); no bench shape has one
+        assert not more or rows * cols // 256 % 2 == 0
+        return more
 
     types = [3 if is_q6k(*m) else 2 for m in matrices]
     rng = np.random.default_rng(26)
