@@ -225,15 +225,23 @@ def q4k_model(name, int8):
     return path
 
 
+def run_measured(cmd, env):
+    """Runs cmd under GNU time; returns (exit status, its stderr, peak RSS in MB).
+    Not os.wait4's figure: a child forked from this Python starts with the Python's
+    pages (numpy and the arrays that wrote the models), and its peak counts them."""
+    p = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       env=env, text=True)
+    err, _, kb = p.stderr.rstrip("\n").rpartition("\n")
+    return p.returncode, err, int(kb) / 1024 if kb.isdigit() else 0.0
+
+
 def run(model, threads, prompt, steps, kernels=None, fatal=True, extra=(), tokenizer=TOKENIZER):
     """Runs ./run (with RUN_KERNELS=kernels if given, and `extra` flags); returns
     (prompt tok/s, decode tok/s, peak RSS in MB, generated tokens), or, when it
     fails and not fatal, its error message."""
     cmd = [RUN, model, "-z", tokenizer, "-t", "0", "-j", str(threads), "-n", str(steps), "-i", prompt] + list(extra)
     env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    err = p.stderr.read().decode()
-    _, status, usage = os.wait4(p.pid, 0)
+    status, err, rss = run_measured(cmd, env)
     if status != 0:
         if not fatal:
             return err.strip()
@@ -242,7 +250,7 @@ def run(model, threads, prompt, steps, kernels=None, fatal=True, extra=(), token
     global last_acceptance
     drafted = re.search(r"drafted: (\d+), accepted: (\d+)", err)
     last_acceptance = int(drafted.group(2)) / max(1, int(drafted.group(1))) if drafted else None
-    return float(m.group(2)), float(m.group(4)), usage.ru_maxrss / 1024, int(m.group(3))
+    return float(m.group(2)), float(m.group(4)), rss, int(m.group(3))
 
 
 last_acceptance = None  # of the last run() with a draft: accepted / drafted
@@ -287,9 +295,7 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
             cmd = [RUN, int8, "-z", TOKENIZER, "-m", "batch", "-f", path, "-b", str(b), "-j", str(threads), "-t", "0",
                    "-c", cache]
             env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
-            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-            err = p.stderr.read().decode()
-            _, status, usage = os.wait4(p.pid, 0)
+            status, err, rss = run_measured(cmd, env)
             m = re.search(r"generated in [\d.]+ s, ([\d.]+) tok/s; -b \d+, KV pool (\d+) positions", err)
             if status != 0 or not m:
                 sys.exit(f"bench: {' '.join(cmd)} failed: {err.strip()}")
@@ -298,7 +304,7 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
             size = os.path.getsize(int8) / 2**20
             pool = pool_positions * position_bytes / 2**20
             print(f"  {name:<16} {b:>3} {rate:>8.1f} {rate / first:>7.2f} {rate / single:>11.2f}"
-                  f" {usage.ru_maxrss / 1024:>12.1f} {size:>8.1f} {pool:>8.1f} {(size + pool) * 1.05:>9.1f}", flush=True)
+                  f" {rss:>12.1f} {size:>8.1f} {pool:>8.1f} {(size + pool) * 1.05:>9.1f}", flush=True)
         print(f"  ({name} int8, generate: {single:.1f} tok/s decode)")
 
 
@@ -452,10 +458,8 @@ def tokenizer_bench():
 
 
 def peak_rss(cmd):
-    """Peak RSS in MB of cmd alone, by GNU time (a child of this Python would
-    count the Python it was forked from)."""
-    p = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return int(p.stderr.strip().splitlines()[-1]) / 1024
+    """Peak RSS in MB of cmd alone (run_measured())."""
+    return run_measured(cmd, None)[2]
 
 
 def main():
