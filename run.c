@@ -2332,11 +2332,13 @@ static void prepare_block_tokens(void *scratch, const int8_t *xq, const float *x
             for (int b = 0; b < blocks; b++) {
                 uint8_t *group = (uint8_t *)scratch + ((size_t)(t / 8) * blocks + b) * TOKENS_BYTES;
                 const int8_t *x = xq + (size_t)t * n + 256 * b;
-                int16_t sums32[8], sums16[16];
-                input_sums(sums32, x, 256, 32);
+                int16_t sums16[16];
                 input_sums(sums16, x, 256, 16);
-                for (int j = 0; j < 8; j++) memcpy(group + 32 * (8 * j + lane), x + 32 * j, 32);
-                for (int j = 0; j < 8; j++) memcpy(group + TOKEN_SUMS32 + 2 * (2 * (8 * (j / 2) + lane) + j % 2), &sums32[j], 2);
+                for (int j = 0; j < 8; j++) {
+                    int16_t sum32 = (int16_t)(sums16[2 * j] + sums16[2 * j + 1]);
+                    memcpy(group + 32 * (8 * j + lane), x + 32 * j, 32);
+                    memcpy(group + TOKEN_SUMS32 + 2 * (2 * (8 * (j / 2) + lane) + j % 2), &sum32, 2);
+                }
                 for (int h = 0; h < 16; h++) memcpy(group + TOKEN_SUMS16 + 2 * (2 * (8 * (h / 2) + lane) + h % 2), &sums16[h], 2);
                 memcpy(group + TOKEN_SCALES + 4 * lane, &xs[(size_t)t * blocks + b], 4);
             }
@@ -2778,6 +2780,21 @@ static inline __attribute__((always_inline)) AVX2 __m256i lane_totals4(const __m
     return _mm256_set_m128i(high, low);
 }
 
+/* The first `count` (at most 8) of out[0], out[stride], out[2 stride], ...
+   as 8 lanes, the rest 0; and back. The q4k and q6k kernels keep 8 rows' or
+   8 tokens' float sums in the lanes of one vector. */
+static inline __attribute__((always_inline)) AVX2 __m256 load_lanes(const float *out, size_t stride, int count) {
+    float lanes[8] = {0};
+    for (int k = 0; k < 8 && k < count; k++) lanes[k] = out[k * stride];
+    return _mm256_loadu_ps(lanes);
+}
+
+static inline __attribute__((always_inline)) AVX2 void store_lanes(float *out, size_t stride, int count, __m256 val) {
+    float lanes[8];
+    _mm256_storeu_ps(lanes, val);
+    for (int k = 0; k < 8 && k < count; k++) out[k * stride] = lanes[k];
+}
+
 /* How far ahead of a q4k or q6k block the decode kernels ask for data: 4 KB,
    past what the hardware prefetcher fetches alone (a timing loop of the q4k
    kernel on 2 threads of Zen 3, weights from memory: 1.3x the bytes per
@@ -2829,9 +2846,7 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
                     memcpy(&scale_halves[b - c0][r], block, 4);
                 }
             }
-            float lanes[8];
-            for (int r = 0; r < 8; r++) lanes[r] = c0 && first + r < end ? out[first + r] : 0.0f;
-            __m256 val = _mm256_loadu_ps(lanes);
+            __m256 val = load_lanes(out + first, 1, c0 ? end - first : 0); /* the earlier chunks' sums */
             for (int b = c0; b < c1; b++) {
                 __m256i halves = _mm256_loadu_si256((const __m256i *)scale_halves[b - c0]);
                 __m256 d = halves_to_floats_avx2(halves), dmin = halves_to_floats_avx2(_mm256_srli_epi32(halves, 16));
@@ -2840,8 +2855,7 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
                 __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(d, dot), _mm256_mul_ps(dmin, min_total));
                 val = _mm256_add_ps(val, _mm256_mul_ps(_mm256_set1_ps(xs[b]), block_sum));
             }
-            _mm256_storeu_ps(lanes, val);
-            for (int r = 0; r < 8 && first + r < end; r++) out[first + r] = lanes[r];
+            store_lanes(out + first, 1, end - first, val);
         }
     }
 }
@@ -2898,9 +2912,7 @@ static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const voi
                     __m256 x_scales = _mm256_loadu_ps((const float *)(in + TOKEN_SCALES));
                     val = _mm256_add_ps(val, _mm256_mul_ps(x_scales, block_sum));
                 }
-                float lanes[8];
-                _mm256_storeu_ps(lanes, val);
-                for (int k = 0; k < 8 && first + k < T; k++) out[(size_t)(first + k) * out_stride + i] = lanes[k];
+                store_lanes(out + (size_t)first * out_stride + i, out_stride, T - first, val);
             }
         }
     }
@@ -2975,16 +2987,13 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
                     d_halves[b - c0][r] = block[Q6K_D] | (uint32_t)block[Q6K_D + 1] << 8;
                 }
             }
-            float lanes[8];
-            for (int r = 0; r < 8; r++) lanes[r] = c0 && first + r < end ? out[first + r] : 0.0f;
-            __m256 val = _mm256_loadu_ps(lanes);
+            __m256 val = load_lanes(out + first, 1, c0 ? end - first : 0); /* the earlier chunks' sums */
             for (int b = c0; b < c1; b++) {
                 __m256 d = halves_to_floats_avx2(_mm256_loadu_si256((const __m256i *)d_halves[b - c0]));
                 __m256 dot = _mm256_cvtepi32_ps(row_totals_avx2(dots[b - c0]));
                 val = _mm256_add_ps(val, _mm256_mul_ps(_mm256_set1_ps(xs[b]), _mm256_mul_ps(d, dot)));
             }
-            _mm256_storeu_ps(lanes, val);
-            for (int r = 0; r < 8 && first + r < end; r++) out[first + r] = lanes[r];
+            store_lanes(out + first, 1, end - first, val);
         }
     }
 }
@@ -3022,9 +3031,7 @@ static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const voi
             }
         }
         for (int g = 0; g < groups; g++) {
-            float lanes[8];
-            _mm256_storeu_ps(lanes, val[g]);
-            for (int k = 0; k < 8 && 8 * g + k < T; k++) out[(size_t)(8 * g + k) * out_stride + i] = lanes[k];
+            store_lanes(out + (size_t)8 * g * out_stride + i, out_stride, T - 8 * g, val[g]);
         }
     }
 }
