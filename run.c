@@ -2335,12 +2335,16 @@ static void input_sums(int16_t *sums, const int8_t *x, int n, int run) {
 }
 
 /* The batched q4k and q6k kernels' inputs: tokens [first, last) of T,
-   quantized per block of 256, laid out per group of 8 tokens and per block:
-   8 x 8 runs of 32 int8 values (run j of the 8 tokens in turn); the sums
-   over each 32 in pairs for each token (int16 [4][8][2]: runs 2p and 2p + 1
-   of token k at [p][k]); the sums over each 16 the same way ([8][8][2]: the
-   halves of run j); the 8 tokens' scales. A group's lanes past T repeat the
-   last token. */
+   quantized per block of 256, laid out per group of 8 tokens and per block.
+   First each token's values as 8 vectors of 32 (vector u of token k at
+   32 (8u + k)): value 64p + 32h + 4w + c of the block (p, c: 0-3; h: 0-1; w:
+   0-7) is byte c of int32 lane p + 4 (w / 4) of vector 4h + w % 4. Then each
+   int32 lane of vectors 0-3 holds values of one sub-block of 32 (2p), and the
+   same one in all four, and so for 4-7 (2p + 1); see matmul_q4k_tokens_avx2().
+   Then the sums over each 32 in pairs for each token (int16 [4][8][2]:
+   sub-blocks 2p and 2p + 1 of token k at [p][k]); the sums over each 16 the
+   same way ([8][8][2]); the 8 tokens' scales. A group's lanes past T repeat
+   the last token. */
 #define TOKEN_VALUES (8 * 256)
 #define TOKEN_SUMS32 TOKEN_VALUES
 #define TOKEN_SUMS16 (TOKEN_SUMS32 + 4 * 8 * 2 * 2)
@@ -2355,9 +2359,12 @@ static void prepare_block_tokens(void *scratch, const int8_t *xq, const float *x
                 const int8_t *x = xq + (size_t)t * n + 256 * b;
                 int16_t sums16[16];
                 input_sums(sums16, x, 256, 16);
+                for (int p = 0; p < 4; p++)
+                    for (int h = 0; h < 2; h++)
+                        for (int w = 0; w < 8; w++)
+                            memcpy(group + 32 * (8 * (4 * h + w % 4) + lane) + 4 * (p + 4 * (w / 4)), x + 64 * p + 32 * h + 4 * w, 4);
                 for (int j = 0; j < 8; j++) {
                     int16_t sum32 = (int16_t)(sums16[2 * j] + sums16[2 * j + 1]);
-                    memcpy(group + 32 * (8 * j + lane), x + 32 * j, 32);
                     memcpy(group + TOKEN_SUMS32 + 2 * (2 * (8 * (j / 2) + lane) + j % 2), &sum32, 2);
                 }
                 for (int h = 0; h < 16; h++) memcpy(group + TOKEN_SUMS16 + 2 * (2 * (8 * (h / 2) + lane) + h % 2), &sums16[h], 2);
@@ -2760,20 +2767,26 @@ dot8_vnni(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
     *total = (i32x8)_mm256_sub_epi32(row_totals_avx2(acc), _mm256_set_m128i(bias, bias));
 }
 
-/* A q4k block's 6-bit scales, each as int16 in all 16 lanes of scales[j], and
-   its mins as 8 int16, from the 12 packed bytes (see q4k_scale_min()), 16 at
-   a time: the low 6 bits of bytes 0-3 (scales 0-3) and 4-7 (mins 0-3); the
-   low and high nibbles of bytes 8-11 (scales and mins 4-7), with the top 2
-   bits of bytes 0-3 and 4-7 above them. The 16 bytes read end inside the block. */
-static inline __attribute__((always_inline)) AVX2 void q4k_scales_avx2(const uint8_t *packed, __m256i scales[8],
-                                                                       __m128i *mins) {
+/* A q4k block's 6-bit scales (low 8 lanes) and mins (high 8) as int16, from
+   the 12 packed bytes (see q4k_scale_min()), 16 at a time: the low 6 bits of
+   bytes 0-3 (scales 0-3) and 4-7 (mins 0-3); the low and high nibbles of bytes
+   8-11 (scales and mins 4-7), with the top 2 bits of bytes 0-3 and 4-7 above
+   them. The 16 bytes read end inside the block. */
+static inline __attribute__((always_inline)) AVX2 __m256i q4k_scales_mins_avx2(const uint8_t *packed) {
     __m128i bytes = _mm_loadu_si128((const __m128i *)packed);
     __m128i low = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
     __m128i top = _mm_shuffle_epi8(bytes, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
     __m128i six_bits = _mm_and_si128(low, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
     __m128i high_nibbles = _mm_and_si128(_mm_srli_epi16(low, 4), _mm_setr_epi32(0, 0, 0, 0x0f0f0f0f));
     __m128i top_bits = _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)); /* bits 6-7 to 4-5 */
-    __m256i wide = _mm256_cvtepu8_epi16(_mm_or_si128(_mm_or_si128(six_bits, high_nibbles), top_bits));
+    return _mm256_cvtepu8_epi16(_mm_or_si128(_mm_or_si128(six_bits, high_nibbles), top_bits));
+}
+
+/* A q4k block's scales, each as int16 in all 16 lanes of scales[j], and its
+   mins as 8 int16. */
+static inline __attribute__((always_inline)) AVX2 void q4k_scales_avx2(const uint8_t *packed, __m256i scales[8],
+                                                                       __m128i *mins) {
+    __m256i wide = q4k_scales_mins_avx2(packed);
     *mins = _mm256_extracti128_si256(wide, 1);
     __m256i all = _mm256_permute2x128_si256(wide, wide, 0x00); /* scales 0-7 in both halves */
     for (int j = 0; j < 8; j++)
@@ -2887,23 +2900,45 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
    group) are read from memory once per 16 rows rather than once per row. */
 #define ROW_TILE 16
 
-/* A q4k block unpacked for matmul_q4k_tokens_avx2(): its 4-bit values q[j]
-   for sub-block j, their scales as int16, the mins of sub-blocks 2p and
-   2p + 1 as an int16 pair in every int32 lane of min_pairs[p], and d, dmin. */
+/* out[v] = int32 lane v of rows 0-3, then lane v + 4 of rows 0-3: the
+   weights' side of prepare_block_tokens()' order, from 4 vectors whose int32
+   lane w holds values 4w to 4w + 3 of one sub-block of 32. */
+static inline __attribute__((always_inline)) AVX2 void interleave_rows_avx2(const __m256i rows[4], __m256i out[4]) {
+    __m256i rows01_low = _mm256_unpacklo_epi32(rows[0], rows[1]), rows23_low = _mm256_unpacklo_epi32(rows[2], rows[3]);
+    __m256i rows01_high = _mm256_unpackhi_epi32(rows[0], rows[1]), rows23_high = _mm256_unpackhi_epi32(rows[2], rows[3]);
+    out[0] = _mm256_unpacklo_epi64(rows01_low, rows23_low);
+    out[1] = _mm256_unpackhi_epi64(rows01_low, rows23_low);
+    out[2] = _mm256_unpacklo_epi64(rows01_high, rows23_high);
+    out[3] = _mm256_unpackhi_epi64(rows01_high, rows23_high);
+}
+
+/* A q4k block unpacked for matmul_q4k_tokens_avx2(): its 4-bit values in
+   prepare_block_tokens()' order (q[0-3] from the low nibbles: int32 lane L
+   holds values of sub-block 2 (L % 4); q[4-7] from the high nibbles: sub-block
+   2 (L % 4) + 1); the matching scales in both int16 halves of each int32 lane
+   (scales[0] for q[0-3], scales[1] for q[4-7]); the mins of sub-blocks 2p and
+   2p + 1 as an int16 pair in every int32 lane of min_pairs[p]; d and dmin. */
 typedef struct {
-    __m256i q[8], scales[8], min_pairs[4];
+    __m256i q[8], scales[2], min_pairs[4];
     __m256 d, dmin;
 } Q4kUnpacked;
 
 static inline __attribute__((always_inline)) AVX2 void q4k_unpack_avx2(const uint8_t *block, Q4kUnpacked *u) {
     const __m256i low_nibbles = _mm256_set1_epi8(15);
-    __m128i min_vector;
-    q4k_scales_avx2(block + 4, u->scales, &min_vector);
-    for (int pair = 0; pair < 4; pair++) {
-        __m256i bytes = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
-        u->q[2 * pair] = _mm256_and_si256(bytes, low_nibbles);
-        u->q[2 * pair + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibbles);
+    __m256i packed[4], interleaved[4];
+    for (int p = 0; p < 4; p++) packed[p] = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * p));
+    interleave_rows_avx2(packed, interleaved);
+    for (int v = 0; v < 4; v++) {
+        u->q[v] = _mm256_and_si256(interleaved[v], low_nibbles);
+        u->q[4 + v] = _mm256_and_si256(_mm256_srli_epi16(interleaved[v], 4), low_nibbles);
     }
+    __m256i wide = q4k_scales_mins_avx2(block + 4);
+    __m256i all = _mm256_permute2x128_si256(wide, wide, 0x00); /* scales 0-7 in both halves */
+    u->scales[0] = _mm256_shuffle_epi8(all, _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0,
+                                                             1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
+    u->scales[1] = _mm256_shuffle_epi8(all, _mm256_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15, 2,
+                                                             3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
+    __m128i min_vector = _mm256_extracti128_si256(wide, 1);
     __m256i min_pairs = _mm256_set_m128i(min_vector, min_vector);
     for (int pair = 0; pair < 4; pair++)
         u->min_pairs[pair] = _mm256_permutevar8x32_epi32(min_pairs, _mm256_set1_epi32(pair));
@@ -2916,9 +2951,13 @@ static inline __attribute__((always_inline)) AVX2 void q4k_unpack_avx2(const uin
 
 /* matvec_q4k_avx2() for T <= MAX_BATCH tokens at once: out[t * out_stride + i]
    = W[i] . x[t] for rows [begin, end), the tokens' inputs laid out by
-   prepare_block_tokens(). 8 tokens take the lanes of the integer totals and of
-   the floats, each lane adding up its blocks in order as the plain kernel does;
-   the mins' products come 8 tokens at a time from the sums' pairs. */
+   prepare_block_tokens(). Each int16 lane of vpmaddubsw's products belongs
+   to one sub-block, the same in q[0-3] (and in q[4-7]), so the products of
+   four vectors are added as int16 (at most 4 * 2 * 15 * 127 < 2^15) before
+   one vpmaddwd applies the scales: 10 multiplies per token and block instead
+   of 16. 8 tokens take the lanes of the integer totals and of the floats,
+   each lane adding up its blocks in order as the plain kernel does; the mins'
+   products come 8 tokens at a time from the sums' pairs. */
 static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
                                         int T, int begin, int end) {
     int blocks = n / Q4K_BLOCK, groups = (T + 7) / 8;
@@ -2943,15 +2982,18 @@ static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const voi
                         __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS32 + 32 * pair));
                         mins = _mm256_add_epi32(mins, _mm256_madd_epi16(sums, u[r].min_pairs[pair]));
                     }
-                    for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                    for (int j = 0; j < 8; j++)
-#pragma GCC unroll 8
-                        for (int k = 0; k < 8; k++) {
-                            __m256i xv = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * j + k)));
-                            __m256i pairs = _mm256_maddubs_epi16(u[r].q[j], xv);
-                            acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(pairs, u[r].scales[j]));
+                    for (int k = 0; k < 8; k++) {
+                        __m256i products[2];
+                        for (int h = 0; h < 2; h++) {
+                            products[h] = _mm256_setzero_si256();
+                            for (int v = 4 * h; v < 4 * h + 4; v++) {
+                                __m256i xv = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * v + k)));
+                                products[h] = _mm256_add_epi16(products[h], _mm256_maddubs_epi16(u[r].q[v], xv));
+                            }
                         }
+                        acc[k] = _mm256_add_epi32(_mm256_madd_epi16(products[0], u[r].scales[0]),
+                                                  _mm256_madd_epi16(products[1], u[r].scales[1]));
+                    }
                     __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
                     __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(u[r].d, dots),
                                                      _mm256_mul_ps(u[r].dmin, _mm256_cvtepi32_ps(mins)));
@@ -3045,18 +3087,37 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
     }
 }
 
-/* A q6k block unpacked for matmul_q6k_tokens_avx2(): q and scales as
-   q6k_unpack_avx2() gives them, the scales of sub-blocks 2v and 2v + 1 as an
-   int16 pair in every int32 lane of scale_pairs[v], and d. */
+/* A q6k block unpacked for matmul_q6k_tokens_avx2(): its 6-bit values in
+   prepare_block_tokens()' order (int32 lane L of q[0-3] holds values of
+   sub-block 4 (L % 4) + L / 4 of 16, of q[4-7] sub-block 4 (L % 4) + 2 + L / 4);
+   the matching scales in both int16 halves of each int32 lane (scales[0] for
+   q[0-3], scales[1] for q[4-7]); the scales of sub-blocks 2v and 2v + 1 as an
+   int16 pair in every int32 lane of scale_pairs[v]; d. */
 typedef struct {
-    __m256i q[8], scales[8], scale_pairs[8];
+    __m256i q[8], scales[2], scale_pairs[8];
     __m256 d;
 } Q6kUnpacked;
 
+static inline __attribute__((always_inline)) AVX2 void q6k_unpack_tokens_avx2(const uint8_t *block, Q6kUnpacked *u) {
+    __m256i q[8], decode_scales[8], all_scales, rows[4]; /* decode_scales: the decode kernel's, not used here */
+    q6k_unpack_avx2(block, q, decode_scales, &all_scales);
+    for (int h = 0; h < 2; h++) {
+        for (int p = 0; p < 4; p++) rows[p] = q[2 * p + h];
+        interleave_rows_avx2(rows, u->q + 4 * h);
+    }
+    __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
+    u->scales[0] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed, _mm_setr_epi8(0, 0, 4, 4, 8, 8, 12, 12, 1, 1, 5, 5, 9, 9, 13, 13)));
+    u->scales[1] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed, _mm_setr_epi8(2, 2, 6, 6, 10, 10, 14, 14, 3, 3, 7, 7, 11, 11, 15, 15)));
+    for (int v = 0; v < 8; v++) u->scale_pairs[v] = _mm256_permutevar8x32_epi32(all_scales, _mm256_set1_epi32(v));
+    u->d = halves_to_floats_avx2(_mm256_set1_epi32(block[Q6K_D] | block[Q6K_D + 1] << 8));
+}
+
 /* matvec_q6k_avx2() for T <= MAX_BATCH tokens at once, the tokens' inputs
    laid out by prepare_block_tokens(), in tiles of rows as in
-   matmul_q4k_tokens_avx2(); the -32 comes 8 tokens at a time from the sums'
-   pairs. */
+   matmul_q4k_tokens_avx2(). The products of two vectors whose int16 lanes
+   belong to the same sub-blocks are added as int16 (at most 2 * 2 * 63 * 127
+   < 2^15) before vpmaddwd applies the scales: 12 multiplies per token and
+   block instead of 16. The -32 comes 8 tokens at a time from the sums' pairs. */
 static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
                                         int T, int begin, int end) {
     int blocks = n / Q6K_BLOCK, groups = (T + 7) / 8;
@@ -3070,10 +3131,7 @@ static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const voi
             for (int r = 0; r < rows; r++) {
                 const uint8_t *block = w->q6k + ((size_t)(tile + r) * blocks + b) * Q6K_BLOCK_BYTES;
                 for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64) prefetch(block + line, Q6K_BLOCK_BYTES);
-                __m256i all_scales;
-                q6k_unpack_avx2(block, u[r].q, u[r].scales, &all_scales);
-                for (int v = 0; v < 8; v++) u[r].scale_pairs[v] = _mm256_permutevar8x32_epi32(all_scales, _mm256_set1_epi32(v));
-                u[r].d = halves_to_floats_avx2(_mm256_set1_epi32(block[Q6K_D] | block[Q6K_D + 1] << 8));
+                q6k_unpack_tokens_avx2(block, &u[r]);
             }
             for (int g = 0; g < groups; g++) {
                 const uint8_t *in = (const uint8_t *)tokens + ((size_t)g * blocks + b) * TOKENS_BYTES;
@@ -3084,12 +3142,16 @@ static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const voi
                         __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS16 + 32 * v));
                         offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(sums, u[r].scale_pairs[v]));
                     }
-                    for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                    for (int v = 0; v < 8; v++)
-#pragma GCC unroll 8
-                        for (int k = 0; k < 8; k++)
-                            acc[k] = q6k_madd_avx2(acc[k], u[r].q[v], u[r].scales[v], (const int8_t *)in + 32 * (8 * v + k));
+                    for (int k = 0; k < 8; k++) {
+                        acc[k] = _mm256_setzero_si256();
+                        for (int v = 0; v < 8; v += 2) {
+                            __m256i x0 = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * v + k)));
+                            __m256i x1 = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * (v + 1) + k)));
+                            __m256i products = _mm256_add_epi16(_mm256_maddubs_epi16(u[r].q[v], x0),
+                                                                _mm256_maddubs_epi16(u[r].q[v + 1], x1));
+                            acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(products, u[r].scales[v / 4]));
+                        }
+                    }
                     __m256i totals = _mm256_sub_epi32(row_totals_avx2(acc), _mm256_slli_epi32(offsets, 5));
                     val[g][r] = _mm256_add_ps(val[g][r], _mm256_mul_ps(x_scales, _mm256_mul_ps(u[r].d, _mm256_cvtepi32_ps(totals))));
                 }
