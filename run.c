@@ -1014,9 +1014,9 @@ static void map_weights(Checkpoint *ck, const char *path) {
 }
 
 /* Maps a file read-only at a 2 MB aligned address, marked for transparent huge
-   pages: where the kernel holds the file in 2 MB pieces (as it reads it through
-   such a mapping), one TLB entry then covers 2 MB of weights instead of 4 KB,
-   and streaming the weights for each token runs faster. */
+   pages: where the kernel holds the file in 2 MB pieces (as it reads it from
+   disk through such a mapping), one TLB entry then covers 2 MB of weights
+   instead of 4 KB. */
 static const uint8_t *map_file(int fd, size_t size) {
     size_t huge = (size_t)2 << 20, mapped = (size + 4095) / 4096 * 4096;
     uint8_t *span = mmap(NULL, mapped + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

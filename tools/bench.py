@@ -226,10 +226,9 @@ def q4k_model(name, int8):
 
 
 def drop_from_page_cache(path):
-    """Has the next run read the file from disk, as after a reboot: how the kernel
-    holds it then (2 MB pieces where it can, with run.c's MADV_HUGEPAGE) does not
-    depend on how this bench or an earlier one wrote or read it, and decoding on
-    2 MB pages is faster (docs/performance.md)."""
+    """Has the next run read the file from disk, as after a reboot, so that how the
+    kernel holds it (2 MB pieces where it can, with run.c's MADV_HUGEPAGE) does not
+    depend on how this bench or an earlier one wrote or read it (docs/performance.md)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
