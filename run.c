@@ -1018,7 +1018,7 @@ static void map_weights(Checkpoint *ck, const char *path) {
    disk through such a mapping), one TLB entry then covers 2 MB of weights
    instead of 4 KB. */
 static const uint8_t *map_file(int fd, size_t size) {
-    size_t huge = (size_t)2 << 20, mapped = (size + 4095) / 4096 * 4096;
+    size_t huge = (size_t)2 << 20, page = (size_t)sysconf(_SC_PAGESIZE), mapped = (size + page - 1) / page * page;
     uint8_t *span = mmap(NULL, mapped + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (span == MAP_FAILED) return NULL;
     size_t head = (huge - (uintptr_t)span % huge) % huge; /* the span's parts before and after the file */
@@ -1028,7 +1028,7 @@ static const uint8_t *map_file(int fd, size_t size) {
         return NULL;
     }
     if (head) munmap(span, head);
-    if (huge - head) munmap(span + head + mapped, huge - head);
+    munmap(span + head + mapped, huge - head); /* head < huge: never empty */
 #ifdef MADV_HUGEPAGE
     madvise(data, size, MADV_HUGEPAGE);
 #endif
@@ -2895,14 +2895,14 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
 }
 
 /* Rows of a q4k or q6k matrix taken together by the batched kernels: each
-   of their blocks is unpacked once (16 rows: 11 KB for q4k) while every group
+   of their blocks is unpacked once (16 rows: 8 KB for q4k) while every group
    of 8 tokens passes over it, so the tokens' inputs for one block (2.4 KB a
    group) are read from memory once per 16 rows rather than once per row. */
 #define ROW_TILE 16
 
 /* out[v] = int32 lane v of rows 0-3, then lane v + 4 of rows 0-3: the
-   weights' side of prepare_block_tokens()' order, from 4 vectors whose int32
-   lane w holds values 4w to 4w + 3 of one sub-block of 32. */
+   weights' side of prepare_block_tokens()' order, from 4 vectors of 32
+   consecutive values each (int32 lane w: values 4w to 4w + 3). */
 static inline __attribute__((always_inline)) AVX2 void interleave_rows_avx2(const __m256i rows[4], __m256i out[4]) {
     __m256i rows01_low = _mm256_unpacklo_epi32(rows[0], rows[1]), rows23_low = _mm256_unpacklo_epi32(rows[2], rows[3]);
     __m256i rows01_high = _mm256_unpackhi_epi32(rows[0], rows[1]), rows23_high = _mm256_unpackhi_epi32(rows[2], rows[3]);
@@ -3008,12 +3008,8 @@ static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const voi
 }
 
 /* A q6k block's 6-bit values q (0-63) in q[v], v = 4 * half + m holding
-   values 128 half + 32 m + (0-31) (see q6k_values()), and the scales of their
-   two sub-blocks 2 v and 2 v + 1 as int16 in the low and high 8 lanes of
-   scales[v], the lanes of vpmaddubsw's sums of the low and high 16 values;
-   all 16 scales as int16 in *all_scales. */
-static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uint8_t *block, __m256i q[8],
-                                                                       __m256i scales[8], __m256i *all_scales) {
+   values 128 half + 32 m + (0-31) (see q6k_values()). */
+static inline __attribute__((always_inline)) AVX2 void q6k_values_avx2(const uint8_t *block, __m256i q[8]) {
     const __m256i low_nibbles = _mm256_set1_epi8(15), high_pair = _mm256_set1_epi8(0x30);
     for (int half = 0; half < 2; half++) {
         __m256i low0 = _mm256_loadu_si256((const __m256i *)(block + 64 * half));
@@ -3028,6 +3024,15 @@ static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uin
         q[4 * half + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), low_nibbles),
                                           _mm256_and_si256(_mm256_srli_epi16(high, 2), high_pair));
     }
+}
+
+/* q6k_values_avx2(), and the scales of the two sub-blocks of q[v], 2 v and
+   2 v + 1, as int16 in the low and high 8 lanes of scales[v], the lanes of
+   vpmaddubsw's sums of the low and high 16 values; all 16 scales as int16 in
+   *all_scales. */
+static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uint8_t *block, __m256i q[8],
+                                                                       __m256i scales[8], __m256i *all_scales) {
+    q6k_values_avx2(block, q);
     __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
     *all_scales = _mm256_cvtepi8_epi16(packed);
     for (int v = 0; v < 8; v++) {
@@ -3099,13 +3104,14 @@ typedef struct {
 } Q6kUnpacked;
 
 static inline __attribute__((always_inline)) AVX2 void q6k_unpack_tokens_avx2(const uint8_t *block, Q6kUnpacked *u) {
-    __m256i q[8], decode_scales[8], all_scales, rows[4]; /* decode_scales: the decode kernel's, not used here */
-    q6k_unpack_avx2(block, q, decode_scales, &all_scales);
+    __m256i q[8], rows[4];
+    q6k_values_avx2(block, q);
     for (int h = 0; h < 2; h++) {
         for (int p = 0; p < 4; p++) rows[p] = q[2 * p + h];
         interleave_rows_avx2(rows, u->q + 4 * h);
     }
     __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
+    __m256i all_scales = _mm256_cvtepi8_epi16(packed);
     u->scales[0] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed, _mm_setr_epi8(0, 0, 4, 4, 8, 8, 12, 12, 1, 1, 5, 5, 9, 9, 13, 13)));
     u->scales[1] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed, _mm_setr_epi8(2, 2, 6, 6, 10, 10, 14, 14, 3, 3, 7, 7, 11, 11, 15, 15)));
     for (int v = 0; v < 8; v++) u->scale_pairs[v] = _mm256_permutevar8x32_epi32(all_scales, _mm256_set1_epi32(v));

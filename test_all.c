@@ -2447,6 +2447,59 @@ static void test_fast_matvec_q6k(void) {
     }
 }
 
+/* The batched q4k and q6k kernels called directly on rows [begin, end) that
+   do not start at a multiple of 16, for 1-64 tokens, against the plain
+   matvecs: wide rows (22 blocks, so each row's next block is prefetched),
+   and blocks at the limits of the int16 sums (every q4k value 15 with scale
+   63; every q6k value 63 with scale 127 or -128; inputs of one sign, so that
+   all quantize to 127 or -127). Rows outside the range stay untouched. */
+static void test_block_tokens_kernels(void) {
+    if (!kernels->matmul_q4k_tokens || !kernels->matmul_q6k_tokens) return; /* the set batches q4k and q6k per token */
+    enum { N = 5632, D = 40 };
+    static const int ranges[][2] = {{0, 40}, {3, 37}, {17, 20}, {39, 40}};
+    static const int batch[] = {1, 2, 7, 8, 9, 23, MAX_BATCH};
+    size_t nb = (size_t)D * N / 256;
+    uint8_t *q4 = malloc(nb * 144), *q6 = malloc(nb * 210);
+    for (size_t i = 0; i < nb * 144; i++) q4[i] = (uint8_t)(lcg_uniform() * 128 + 128);
+    random_q6k_blocks(q6, nb);
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t d_bits = half_bits(0.001f + fabsf(lcg_uniform()) / 100), dmin_bits = half_bits(fabsf(lcg_uniform()) / 100);
+        memcpy(q4 + 144 * b, &d_bits, 2), memcpy(q4 + 144 * b + 2, &dmin_bits, 2);
+        if (b % 2 == 0) memset(q4 + 144 * b + 4, 0xff, 140); /* scales and mins 63, values 15 */
+        if (b % 2 == 0) memset(q6 + 210 * b, 0xff, 192), memset(q6 + 210 * b + 192, b % 4 ? 0x7f : 0x80, 16);
+    }
+    float *x = malloc(sizeof(float) * MAX_BATCH * N), *plain = malloc(sizeof(float) * MAX_BATCH * D);
+    float *fast = malloc(sizeof(float) * MAX_BATCH * D), *xs = malloc(sizeof(float) * MAX_BATCH * (N / 256));
+    int8_t *xq = malloc((size_t)MAX_BATCH * N);
+    void *scratch = malloc((size_t)(MAX_BATCH / 8) * (N / 256) * TOKENS_BYTES);
+    for (int t = 0; t < MAX_BATCH; t++)
+        for (int i = 0; i < N; i++) {
+            float v = lcg_uniform();
+            x[(size_t)t * N + i] = t % 3 == 0 ? fabsf(v) + 1 : t % 3 == 1 ? -fabsf(v) - 1 : v; /* one sign: all +-127 */
+        }
+    for (int t = 0; t < MAX_BATCH; t++) quantize(xq + (size_t)t * N, xs + t * (N / 256), x + (size_t)t * N, N, 256);
+    for (int which = 0; which < 2; which++) {
+        Matrix m = which ? (Matrix){.q6k = q6} : (Matrix){.q4k = q4};
+        int bad = 0;
+        for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++) {
+            int T = batch[k];
+            prepare_block_tokens(scratch, xq, xs, N, T, 0, T);
+            for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+                int begin = ranges[r][0], end = ranges[r][1];
+                for (int i = 0; i < T * D; i++) plain[i] = fast[i] = -1.0f;
+                for (int t = 0; t < T; t++)
+                    (which ? matvec_q6k : matvec_q4k)(plain + t * D, xq + (size_t)t * N, xs + t * (N / 256), &m, N, begin, end);
+                (which ? kernels->matmul_q6k_tokens : kernels->matmul_q4k_tokens)(fast, D, scratch, &m, N, T, begin, end);
+                bad += memcmp(plain, fast, sizeof(float) * T * D) != 0;
+            }
+        }
+        check(bad == 0, "%s batched %s kernel called directly on row ranges off multiples of 16, 1-64 tokens, limit "
+              "blocks: %d of %d cases differ from the plain matvec", kernels->name, which ? "q6k" : "q4k", bad,
+              (int)(sizeof batch / sizeof batch[0] * sizeof ranges / sizeof ranges[0]));
+    }
+    free(q4), free(q6), free(x), free(plain), free(fast), free(xs), free(xq), free(scratch);
+}
+
 static void test_fast_matvec_q8(void) {
     /* group size 32 with an odd number of groups (96, 288) failed on AVX-512 without VNNI; 48 takes the
        16-byte tail of the 32-byte int8 loops */
@@ -2709,6 +2762,7 @@ static void test_kernel_sets(void) {
         test_fast_matvec_q8();
         test_fast_matvec_q4k();
         test_fast_matvec_q6k();
+        test_block_tokens_kernels();
         test_batched_matmul();
         test_attention_block();
         test_fast_softmax_swiglu();
