@@ -2340,7 +2340,7 @@ static void input_sums(int16_t *sums, const int8_t *x, int n, int run) {
    32 (8u + k)): value 64p + 32h + 4w + c of the block (p, c: 0-3; h: 0-1; w:
    0-7) is byte c of int32 lane p + 4 (w / 4) of vector 4h + w % 4. Then each
    int32 lane of vectors 0-3 holds values of one sub-block of 32 (2p), and the
-   same one in all four, and so for 4-7 (2p + 1); see matmul_q4k_tokens_avx2().
+   same one in all four, and so for 4-7 (2p + 1); see q4k_block_tokens_avx2().
    Then the sums over each 32 in pairs for each token (int16 [4][8][2]:
    sub-blocks 2p and 2p + 1 of token k at [p][k]); the sums over each 16 the
    same way ([8][8][2]); the 8 tokens' scales. A group's lanes past T repeat
@@ -2912,7 +2912,7 @@ static inline __attribute__((always_inline)) AVX2 void interleave_rows_avx2(cons
     out[3] = _mm256_unpackhi_epi64(rows01_high, rows23_high);
 }
 
-/* A q4k block unpacked for matmul_q4k_tokens_avx2(): its 4-bit values in
+/* A q4k block unpacked for q4k_block_tokens_avx2(): its 4-bit values in
    prepare_block_tokens()' order (q[0-3] from the low nibbles: int32 lane L
    holds values of sub-block 2 (L % 4); q[4-7] from the high nibbles: sub-block
    2 (L % 4) + 1); the matching scales in both int16 halves of each int32 lane
@@ -2949,62 +2949,34 @@ static inline __attribute__((always_inline)) AVX2 void q4k_unpack_avx2(const uin
     u->dmin = halves_to_floats_avx2(_mm256_srli_epi32(both, 16));
 }
 
-/* matvec_q4k_avx2() for T <= MAX_BATCH tokens at once: out[t * out_stride + i]
-   = W[i] . x[t] for rows [begin, end), the tokens' inputs laid out by
-   prepare_block_tokens(). Each int16 lane of vpmaddubsw's products belongs
-   to one sub-block, the same in q[0-3] (and in q[4-7]), so the products of
-   four vectors are added as int16 (at most 4 * 2 * 15 * 127 < 2^15) before
-   one vpmaddwd applies the scales: 10 multiplies per token and block instead
-   of 16. 8 tokens take the lanes of the integer totals and of the floats,
-   each lane adding up its blocks in order as the plain kernel does; the mins'
-   products come 8 tokens at a time from the sums' pairs. */
-static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
-                                        int T, int begin, int end) {
-    int blocks = n / Q4K_BLOCK, groups = (T + 7) / 8;
-    for (int tile = begin; tile < end; tile += ROW_TILE) {
-        int rows = end - tile < ROW_TILE ? end - tile : ROW_TILE;
-        __m256 val[MAX_BATCH / 8][ROW_TILE];
-        for (int g = 0; g < groups; g++)
-            for (int r = 0; r < rows; r++) val[g][r] = _mm256_setzero_ps();
-        for (int b = 0; b < blocks; b++) {
-            Q4kUnpacked u[ROW_TILE];
-            for (int r = 0; r < rows; r++) {
-                const uint8_t *block = w->q4k + ((size_t)(tile + r) * blocks + b) * Q4K_BLOCK_BYTES;
-                for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64) prefetch(block + line, Q4K_BLOCK_BYTES);
-                q4k_unpack_avx2(block, &u[r]);
-            }
-            for (int g = 0; g < groups; g++) {
-                const uint8_t *in = (const uint8_t *)tokens + ((size_t)g * blocks + b) * TOKENS_BYTES;
-                __m256 x_scales = _mm256_loadu_ps((const float *)(in + TOKEN_SCALES));
-                for (int r = 0; r < rows; r++) {
-                    __m256i acc[8], mins = _mm256_setzero_si256();
-                    for (int pair = 0; pair < 4; pair++) {
-                        __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS32 + 32 * pair));
-                        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(sums, u[r].min_pairs[pair]));
-                    }
-                    for (int k = 0; k < 8; k++) {
-                        __m256i products[2];
-                        for (int h = 0; h < 2; h++) {
-                            products[h] = _mm256_setzero_si256();
-                            for (int v = 4 * h; v < 4 * h + 4; v++) {
-                                __m256i xv = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * v + k)));
-                                products[h] = _mm256_add_epi16(products[h], _mm256_maddubs_epi16(u[r].q[v], xv));
-                            }
-                        }
-                        acc[k] = _mm256_add_epi32(_mm256_madd_epi16(products[0], u[r].scales[0]),
-                                                  _mm256_madd_epi16(products[1], u[r].scales[1]));
-                    }
-                    __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
-                    __m256 block_sum = _mm256_sub_ps(_mm256_mul_ps(u[r].d, dots),
-                                                     _mm256_mul_ps(u[r].dmin, _mm256_cvtepi32_ps(mins)));
-                    val[g][r] = _mm256_add_ps(val[g][r], _mm256_mul_ps(x_scales, block_sum));
-                }
+/* One q4k block times the inputs of 8 tokens (prepare_block_tokens()), token
+   k in lane k: d times the integer dot product minus dmin times the mins'
+   products, as the plain kernel combines them. Each int16 lane of
+   vpmaddubsw's products belongs to one sub-block, the same in q[0-3] (and in
+   q[4-7]), so the products of four vectors are added as int16 (at most
+   4 * 2 * 15 * 127 < 2^15) before one vpmaddwd applies the scales: 10
+   multiplies per token and block instead of 16. The mins' products come 8
+   tokens at a time from the sums' pairs. */
+static inline __attribute__((always_inline)) AVX2 __m256 q4k_block_tokens_avx2(const Q4kUnpacked *u, const uint8_t *in) {
+    __m256i acc[8], mins = _mm256_setzero_si256();
+    for (int pair = 0; pair < 4; pair++) {
+        __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS32 + 32 * pair));
+        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(sums, u->min_pairs[pair]));
+    }
+    for (int k = 0; k < 8; k++) {
+        __m256i products[2];
+        for (int h = 0; h < 2; h++) {
+            products[h] = _mm256_setzero_si256();
+            for (int v = 4 * h; v < 4 * h + 4; v++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * v + k)));
+                products[h] = _mm256_add_epi16(products[h], _mm256_maddubs_epi16(u->q[v], xv));
             }
         }
-        for (int g = 0; g < groups; g++)
-            for (int r = 0; r < rows; r++)
-                store_lanes(out + (size_t)8 * g * out_stride + tile + r, out_stride, T - 8 * g, val[g][r]);
+        acc[k] = _mm256_add_epi32(_mm256_madd_epi16(products[0], u->scales[0]),
+                                  _mm256_madd_epi16(products[1], u->scales[1]));
     }
+    __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
+    return _mm256_sub_ps(_mm256_mul_ps(u->d, dots), _mm256_mul_ps(u->dmin, _mm256_cvtepi32_ps(mins)));
 }
 
 /* A q6k block's 6-bit values q (0-63) in q[v], v = 4 * half + m holding
@@ -3092,7 +3064,7 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
     }
 }
 
-/* A q6k block unpacked for matmul_q6k_tokens_avx2(): its 6-bit values in
+/* A q6k block unpacked for q6k_block_tokens_avx2(): its 6-bit values in
    prepare_block_tokens()' order (int32 lane L of q[0-3] holds values of
    sub-block 4 (L % 4) + L / 4 of 16, of q[4-7] sub-block 4 (L % 4) + 2 + L / 4);
    the matching scales in both int16 halves of each int32 lane (scales[0] for
@@ -3118,48 +3090,63 @@ static inline __attribute__((always_inline)) AVX2 void q6k_unpack_tokens_avx2(co
     u->d = halves_to_floats_avx2(_mm256_set1_epi32(block[Q6K_D] | block[Q6K_D + 1] << 8));
 }
 
-/* matvec_q6k_avx2() for T <= MAX_BATCH tokens at once, the tokens' inputs
-   laid out by prepare_block_tokens(), in tiles of rows as in
-   matmul_q4k_tokens_avx2(). The products of two vectors whose int16 lanes
-   belong to the same sub-blocks are added as int16 (at most 2 * 2 * 63 * 127
-   < 2^15) before vpmaddwd applies the scales: 12 multiplies per token and
-   block instead of 16. The -32 comes 8 tokens at a time from the sums' pairs. */
-static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
-                                        int T, int begin, int end) {
-    int blocks = n / Q6K_BLOCK, groups = (T + 7) / 8;
+/* One q6k block times the inputs of 8 tokens, token k in lane k: d times the
+   integer dot product. The products of two vectors whose int16 lanes belong
+   to the same sub-blocks are added as int16 (at most 2 * 2 * 63 * 127 < 2^15)
+   before vpmaddwd applies the scales: 12 multiplies per token and block
+   instead of 16. The -32 comes 8 tokens at a time from the sums' pairs. */
+static inline __attribute__((always_inline)) AVX2 __m256 q6k_block_tokens_avx2(const Q6kUnpacked *u, const uint8_t *in) {
+    __m256i acc[8], offsets = _mm256_setzero_si256();
+    for (int v = 0; v < 8; v++) {
+        __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS16 + 32 * v));
+        offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(sums, u->scale_pairs[v]));
+    }
+    for (int k = 0; k < 8; k++) {
+        acc[k] = _mm256_setzero_si256();
+        for (int v = 0; v < 8; v += 2) {
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * v + k)));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * (v + 1) + k)));
+            __m256i products = _mm256_add_epi16(_mm256_maddubs_epi16(u->q[v], x0), _mm256_maddubs_epi16(u->q[v + 1], x1));
+            acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(products, u->scales[v / 4]));
+        }
+    }
+    __m256i totals = _mm256_sub_epi32(row_totals_avx2(acc), _mm256_slli_epi32(offsets, 5));
+    return _mm256_mul_ps(u->d, _mm256_cvtepi32_ps(totals));
+}
+
+/* matvec_q4k_avx2() or matvec_q6k_avx2() for T <= MAX_BATCH tokens at once:
+   out[t * out_stride + i] = W[i] . x[t] for rows [begin, end), the tokens'
+   inputs laid out by prepare_block_tokens(). Rows go in tiles (ROW_TILE),
+   each block of the tile unpacked once for every group of 8 tokens, the next
+   block prefetched; 8 tokens take the lanes of the floats, each lane adding
+   up its blocks in order as the plain kernel does. */
+static inline __attribute__((always_inline)) AVX2 void
+matmul_blocks_tokens_avx2(float *out, size_t out_stride, const void *tokens, const uint8_t *weights, int q6k, int n,
+                          int T, int begin, int end) {
+    size_t block_bytes = q6k ? Q6K_BLOCK_BYTES : Q4K_BLOCK_BYTES;
+    int blocks = n / 256, groups = (T + 7) / 8;
     for (int tile = begin; tile < end; tile += ROW_TILE) {
         int rows = end - tile < ROW_TILE ? end - tile : ROW_TILE;
         __m256 val[MAX_BATCH / 8][ROW_TILE];
         for (int g = 0; g < groups; g++)
             for (int r = 0; r < rows; r++) val[g][r] = _mm256_setzero_ps();
         for (int b = 0; b < blocks; b++) {
-            Q6kUnpacked u[ROW_TILE];
+            union {
+                Q4kUnpacked q4k;
+                Q6kUnpacked q6k;
+            } u[ROW_TILE];
             for (int r = 0; r < rows; r++) {
-                const uint8_t *block = w->q6k + ((size_t)(tile + r) * blocks + b) * Q6K_BLOCK_BYTES;
-                for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64) prefetch(block + line, Q6K_BLOCK_BYTES);
-                q6k_unpack_tokens_avx2(block, &u[r]);
+                const uint8_t *block = weights + ((size_t)(tile + r) * blocks + b) * block_bytes;
+                for (size_t line = 0; line < block_bytes; line += 64) prefetch(block + line, block_bytes);
+                if (q6k) q6k_unpack_tokens_avx2(block, &u[r].q6k);
+                else q4k_unpack_avx2(block, &u[r].q4k);
             }
             for (int g = 0; g < groups; g++) {
                 const uint8_t *in = (const uint8_t *)tokens + ((size_t)g * blocks + b) * TOKENS_BYTES;
                 __m256 x_scales = _mm256_loadu_ps((const float *)(in + TOKEN_SCALES));
                 for (int r = 0; r < rows; r++) {
-                    __m256i acc[8], offsets = _mm256_setzero_si256();
-                    for (int v = 0; v < 8; v++) {
-                        __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS16 + 32 * v));
-                        offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(sums, u[r].scale_pairs[v]));
-                    }
-                    for (int k = 0; k < 8; k++) {
-                        acc[k] = _mm256_setzero_si256();
-                        for (int v = 0; v < 8; v += 2) {
-                            __m256i x0 = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * v + k)));
-                            __m256i x1 = _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * (v + 1) + k)));
-                            __m256i products = _mm256_add_epi16(_mm256_maddubs_epi16(u[r].q[v], x0),
-                                                                _mm256_maddubs_epi16(u[r].q[v + 1], x1));
-                            acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(products, u[r].scales[v / 4]));
-                        }
-                    }
-                    __m256i totals = _mm256_sub_epi32(row_totals_avx2(acc), _mm256_slli_epi32(offsets, 5));
-                    val[g][r] = _mm256_add_ps(val[g][r], _mm256_mul_ps(x_scales, _mm256_mul_ps(u[r].d, _mm256_cvtepi32_ps(totals))));
+                    __m256 block_sum = q6k ? q6k_block_tokens_avx2(&u[r].q6k, in) : q4k_block_tokens_avx2(&u[r].q4k, in);
+                    val[g][r] = _mm256_add_ps(val[g][r], _mm256_mul_ps(x_scales, block_sum));
                 }
             }
         }
@@ -3167,6 +3154,16 @@ static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const voi
             for (int r = 0; r < rows; r++)
                 store_lanes(out + (size_t)8 * g * out_stride + tile + r, out_stride, T - 8 * g, val[g][r]);
     }
+}
+
+static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
+                                        int T, int begin, int end) {
+    matmul_blocks_tokens_avx2(out, out_stride, tokens, w->q4k, 0, n, T, begin, end);
+}
+
+static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
+                                        int T, int begin, int end) {
+    matmul_blocks_tokens_avx2(out, out_stride, tokens, w->q6k, 1, n, T, begin, end);
 }
 
 static AVX2 void pair_avx2(i32x8 *acc, const int16_t *x, int32_t w_pair) {
