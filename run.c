@@ -2701,6 +2701,17 @@ static inline __attribute__((always_inline)) void totals8(i32x8 *total, const i3
    high 16 bits (the pmaddwd instruction). PairFn: how the bodies get it. */
 typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
 
+/* Blocks of a q4k or q6k row that the decode kernels take at once, keeping
+   the inputs' sub-block sums (and on x86 the partial sums of 8 rows, 26 KB)
+   on the stack: a row of 16384 values; wider rows go a chunk at a time. */
+#define BLOCKS_PER_CHUNK 64
+
+/* How far ahead of a q4k or q6k block the decode kernels ask for data: 4 KB,
+   past what the hardware prefetcher fetches alone (a timing loop of the q4k
+   kernel on 2 threads of Zen 3, weights from memory: 1.3x the bytes per
+   second of no prefetch, 1.1x of 2 KB ahead). */
+#define BLOCK_PREFETCH_BYTES 4096
+
 #if defined(__x86_64__)
 /* Lane r: the sum of the 8 lanes of acc[r]. */
 static inline __attribute__((always_inline)) AVX2 __m256i
@@ -2793,11 +2804,6 @@ static inline __attribute__((always_inline)) AVX2 void q4k_scales_avx2(const uin
         scales[j] = _mm256_shuffle_epi8(all, _mm256_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
 }
 
-/* Blocks of a q4k or q6k row that the decode kernels take at once, keeping
-   their partial sums for 8 rows (26 KB) and the inputs' sub-block sums on the
-   stack: a row of 16384 values; wider rows are taken a chunk at a time. */
-#define BLOCKS_PER_CHUNK 64
-
 /* The finite fp16 numbers in the low 16 bits of h's lanes, as half_to_float()
    makes them (the same bits). */
 static inline __attribute__((always_inline)) AVX2 __m256 halves_to_floats_avx2(__m256i h) {
@@ -2828,12 +2834,6 @@ static inline __attribute__((always_inline)) AVX2 void store_lanes(float *out, s
     _mm256_storeu_ps(lanes, val);
     for (int k = 0; k < 8 && k < count; k++) out[k * stride] = lanes[k];
 }
-
-/* How far ahead of a q4k or q6k block the decode kernels ask for data: 4 KB,
-   past what the hardware prefetcher fetches alone (a timing loop of the q4k
-   kernel on 2 threads of Zen 3, weights from memory: 1.3x the bytes per
-   second of no prefetch, 1.1x of 2 KB ahead). */
-#define BLOCK_PREFETCH_BYTES 4096
 
 /* matvec_q4k() for x86, 8 rows at a time. A pair of sub-blocks is 32 bytes
    of 4-bit values; vpmaddubsw multiplies them (unsigned, 0-15) by the int8
@@ -3196,6 +3196,127 @@ static void pair_sse(i32x8 *acc, const int16_t *x, int32_t w_pair) {
     halves[1] = _mm_add_epi32(halves[1], _mm_madd_epi16(_mm_loadu_si128((const __m128i *)(x + 8)), wv));
     memcpy(acc, halves, sizeof halves);
 }
+
+/* The 4 int32 lanes of v added up. */
+static inline __attribute__((always_inline)) int32_t lane_sum_sse(__m128i v) {
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+    return _mm_cvtsi128_si32(v);
+}
+
+/* n int8 inputs as int16 (SSE2 has neither a byte multiply nor a byte sign
+   extension: the decode kernels below multiply int16, with inputs widened
+   once for all rows). */
+static inline __attribute__((always_inline)) void widen_inputs_sse(int16_t *out, const int8_t *x, int n) {
+    for (int k = 0; k < n; k += 16) {
+        __m128i xv = _mm_loadu_si128((const __m128i *)(x + k));
+        _mm_storeu_si128((__m128i *)(out + k), _mm_srai_epi16(_mm_unpacklo_epi8(xv, xv), 8));
+        _mm_storeu_si128((__m128i *)(out + k + 8), _mm_srai_epi16(_mm_unpackhi_epi8(xv, xv), 8));
+    }
+}
+
+/* The products of 16 unsigned byte values (q4k 0-15, q6k 0-63) with 16
+   int16 inputs, as int16 (exact: at most 63 * 128), added to sum. */
+static inline __attribute__((always_inline)) __m128i products16_sse(__m128i sum, __m128i q, const int16_t *x) {
+    __m128i low = _mm_unpacklo_epi8(q, _mm_setzero_si128()), high = _mm_unpackhi_epi8(q, _mm_setzero_si128());
+    sum = _mm_add_epi16(sum, _mm_mullo_epi16(low, _mm_loadu_si128((const __m128i *)x)));
+    return _mm_add_epi16(sum, _mm_mullo_epi16(high, _mm_loadu_si128((const __m128i *)(x + 8))));
+}
+
+/* matvec_q4k() for SSE2, a row at a time: a sub-block's 32 products add up
+   as int16 in 8 lanes (at most 4 * 15 * 128), then pmaddwd applies its
+   scale. The integer totals are the plain kernel's, and each row combines its
+   blocks as it does. The inputs (widened) and their sub-block sums, for the
+   mins, are the same for every row: taken once per chunk of blocks. */
+static void matvec_q4k_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+    const __m128i low_nibbles = _mm_set1_epi8(15);
+    int blocks = n / Q4K_BLOCK;
+    for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
+        int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
+        int16_t x_sums[BLOCKS_PER_CHUNK * 8], x16[BLOCKS_PER_CHUNK * Q4K_BLOCK];
+        input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 32);
+        widen_inputs_sse(x16, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0));
+        for (int i = begin; i < end; i++) {
+            const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
+            float val = c0 ? out[i] : 0.0f; /* the earlier chunks' sum */
+            for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
+                const int16_t *x = x16 + Q4K_BLOCK * (b - c0);
+                for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
+                int scale[8], min[8];
+                for (int j = 0; j < 8; j++) q4k_scale_min(block + 4, j, &scale[j], &min[j]);
+                __m128i acc = _mm_setzero_si128();
+                for (int pair = 0; pair < 4; pair++) {
+                    __m128i q0 = _mm_loadu_si128((const __m128i *)(block + 16 + 32 * pair));
+                    __m128i q1 = _mm_loadu_si128((const __m128i *)(block + 32 + 32 * pair));
+                    __m128i lo = products16_sse(_mm_setzero_si128(), _mm_and_si128(q0, low_nibbles), x + 64 * pair);
+                    lo = products16_sse(lo, _mm_and_si128(q1, low_nibbles), x + 64 * pair + 16);
+                    __m128i hi = products16_sse(_mm_setzero_si128(), _mm_and_si128(_mm_srli_epi16(q0, 4), low_nibbles),
+                                                x + 64 * pair + 32);
+                    hi = products16_sse(hi, _mm_and_si128(_mm_srli_epi16(q1, 4), low_nibbles), x + 64 * pair + 48);
+                    acc = _mm_add_epi32(acc, _mm_madd_epi16(lo, _mm_set1_epi16((short)scale[2 * pair])));
+                    acc = _mm_add_epi32(acc, _mm_madd_epi16(hi, _mm_set1_epi16((short)scale[2 * pair + 1])));
+                }
+                __m128i mins = _mm_setr_epi16((short)min[0], (short)min[1], (short)min[2], (short)min[3], (short)min[4],
+                                              (short)min[5], (short)min[6], (short)min[7]);
+                int32_t min_total =
+                    lane_sum_sse(_mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)(x_sums + 8 * (b - c0)))));
+                val += xs[b] *
+                       (half_to_float(block) * (float)lane_sum_sse(acc) - half_to_float(block + 2) * (float)min_total);
+            }
+            out[i] = val;
+        }
+    }
+}
+
+/* matvec_q6k() for SSE2, a row at a time as matvec_q4k_sse(): the 6-bit
+   values q (0-63) are unpacked 16 at a time (see q6k_values()), a sub-block's
+   products add up as int16 (two per lane, at most 2 * 63 * 128), pmaddwd
+   applies its scale, and the -32 comes once per block from the inputs' sums
+   over each sub-block of 16. */
+static void matvec_q6k_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+    const __m128i low_nibbles = _mm_set1_epi8(15), high_pair = _mm_set1_epi8(0x30);
+    int blocks = n / Q6K_BLOCK;
+    for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
+        int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
+        int16_t x_sums[BLOCKS_PER_CHUNK * 16], x16[BLOCKS_PER_CHUNK * Q6K_BLOCK];
+        input_sums(x_sums, xq + (size_t)Q6K_BLOCK * c0, Q6K_BLOCK * (c1 - c0), 16);
+        widen_inputs_sse(x16, xq + (size_t)Q6K_BLOCK * c0, Q6K_BLOCK * (c1 - c0));
+        for (int i = begin; i < end; i++) {
+            const uint8_t *block = w->q6k + ((size_t)i * blocks + c0) * Q6K_BLOCK_BYTES;
+            float val = c0 ? out[i] : 0.0f; /* the earlier chunks' sum */
+            for (int b = c0; b < c1; b++, block += Q6K_BLOCK_BYTES) {
+                const int16_t *x = x16 + Q6K_BLOCK * (b - c0);
+                for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
+                /* the 16 int8 scales as int16: sub-blocks 0-7, then 8-15 */
+                __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
+                __m128i scales0 = _mm_srai_epi16(_mm_unpacklo_epi8(packed, packed), 8);
+                __m128i scales1 = _mm_srai_epi16(_mm_unpackhi_epi8(packed, packed), 8);
+                const __m128i *sums = (const __m128i *)(x_sums + 16 * (b - c0));
+                __m128i offsets = _mm_add_epi32(_mm_madd_epi16(scales0, _mm_loadu_si128(sums)),
+                                                _mm_madd_epi16(scales1, _mm_loadu_si128(sums + 1)));
+                __m128i acc = _mm_setzero_si128();
+                for (int half = 0; half < 2; half++) {
+                    const uint8_t *low = block + 64 * half, *high = block + Q6K_HIGH_BITS + 32 * half;
+                    for (int m = 0; m < 4; m++)
+                        for (int part = 0; part < 2; part++) { /* values 128 half + 32 m + 16 part + (0-15) */
+                            __m128i low_bits = _mm_loadu_si128((const __m128i *)(low + 32 * (m % 2) + 16 * part));
+                            __m128i high_bits = _mm_loadu_si128((const __m128i *)(high + 16 * part));
+                            low_bits = _mm_and_si128(m < 2 ? low_bits : _mm_srli_epi16(low_bits, 4), low_nibbles);
+                            /* bit pair m to bits 4-5 (16-bit shifts: the bits kept stay within their byte) */
+                            high_bits = m < 2 ? _mm_slli_epi16(high_bits, 4 - 2 * m) : _mm_srli_epi16(high_bits, 2 * m - 4);
+                            __m128i q = _mm_or_si128(low_bits, _mm_and_si128(high_bits, high_pair));
+                            __m128i products = products16_sse(_mm_setzero_si128(), q, x + 128 * half + 32 * m + 16 * part);
+                            int sub = 8 * half + 2 * m + part;
+                            acc = _mm_add_epi32(acc, _mm_madd_epi16(products, _mm_set1_epi16((int8_t)block[Q6K_SCALES + sub])));
+                        }
+                }
+                int32_t dot = lane_sum_sse(acc) - 32 * lane_sum_sse(offsets);
+                val += xs[b] * (half_to_float(block + Q6K_D) * (float)dot);
+            }
+            out[i] = val;
+        }
+    }
+}
 #endif
 
 #if defined(__aarch64__)
@@ -3228,6 +3349,113 @@ static void pair_neon(i32x8 *acc, const int16_t *x, int32_t w_pair) {
         halves[h] = vaddq_s32(halves[h], sums);
     }
     memcpy(acc, halves, sizeof halves);
+}
+
+/* A q4k block's 6-bit scales (bytes 0-7) and mins (8-15) from the 12 packed
+   bytes (see q4k_scale_min()): the low 6 bits of bytes 0-3 (scales 0-3) and
+   4-7 (mins 0-3); the low and high nibbles of bytes 8-11 (scales and mins
+   4-7), with the top 2 bits of bytes 0-3 and 4-7 above them. A table index
+   past 15 gives 0. The 16 bytes read end inside the block. */
+static inline __attribute__((always_inline)) uint8x16_t q4k_scales_mins_neon(const uint8_t *packed) {
+    static const uint8_t low_order[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11};
+    static const uint8_t top_order[16] = {255, 255, 255, 255, 0, 1, 2, 3, 255, 255, 255, 255, 4, 5, 6, 7};
+    static const uint8_t six_bit_mask[16] = {63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0};
+    static const uint8_t high_nibble_mask[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15};
+    uint8x16_t bytes = vld1q_u8(packed);
+    uint8x16_t low = vqtbl1q_u8(bytes, vld1q_u8(low_order)), top = vqtbl1q_u8(bytes, vld1q_u8(top_order));
+    uint8x16_t six_bits = vandq_u8(low, vld1q_u8(six_bit_mask));
+    uint8x16_t high_nibbles = vandq_u8(vshrq_n_u8(low, 4), vld1q_u8(high_nibble_mask));
+    uint8x16_t top_bits = vandq_u8(vshrq_n_u8(top, 2), vdupq_n_u8(0x30)); /* bits 6-7 to 4-5 */
+    return vorrq_u8(vorrq_u8(six_bits, high_nibbles), top_bits);
+}
+
+/* The products of 32 q4k values (0-15) with 32 int8 inputs, each int16 lane
+   the sum of four (at most 4 * 15 * 128). */
+static inline __attribute__((always_inline)) int16x8_t products32_neon(int8x16_t q0, int8x16_t q1, const int8_t *x) {
+    int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+    int16x8_t sum = vmull_s8(vget_low_s8(q0), vget_low_s8(x0));
+    sum = vmlal_high_s8(sum, q0, x0);
+    sum = vmlal_s8(sum, vget_low_s8(q1), vget_low_s8(x1));
+    return vmlal_high_s8(sum, q1, x1);
+}
+
+/* matvec_q4k() for NEON, a row at a time: vmull_s8 multiplies the 4-bit
+   values by the inputs, a sub-block's products add up as int16 in 8 lanes,
+   and vmlal applies its scale, into four sums (four chains of adds that can
+   overlap). The integer totals are the plain kernel's, and each row combines
+   its blocks as it does. The inputs' sub-block sums, for the mins, are the
+   same for every row: taken once per chunk of blocks. */
+static void matvec_q4k_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+    int blocks = n / Q4K_BLOCK;
+    for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
+        int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
+        int16_t x_sums[BLOCKS_PER_CHUNK * 8];
+        input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 32);
+        for (int i = begin; i < end; i++) {
+            const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
+            float val = c0 ? out[i] : 0.0f; /* the earlier chunks' sum */
+            for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
+                const int8_t *x = xq + (size_t)Q4K_BLOCK * b;
+                for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
+                uint8x16_t scales_mins = q4k_scales_mins_neon(block + 4);
+                int16_t scales[8];
+                vst1q_s16(scales, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(scales_mins))));
+                int16x8_t mins = vreinterpretq_s16_u16(vmovl_high_u8(scales_mins));
+                int16x8_t sums = vld1q_s16(x_sums + 8 * (b - c0));
+                int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+                for (int pair = 0; pair < 4; pair++) {
+                    uint8x16_t q0 = vld1q_u8(block + 16 + 32 * pair), q1 = vld1q_u8(block + 32 + 32 * pair);
+                    int16x8_t lo = products32_neon(vreinterpretq_s8_u8(vandq_u8(q0, vdupq_n_u8(15))),
+                                                   vreinterpretq_s8_u8(vandq_u8(q1, vdupq_n_u8(15))), x + 64 * pair);
+                    int16x8_t hi = products32_neon(vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)),
+                                                   vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)), x + 64 * pair + 32);
+                    acc[0] = vmlal_n_s16(acc[0], vget_low_s16(lo), scales[2 * pair]);
+                    acc[1] = vmlal_high_n_s16(acc[1], lo, scales[2 * pair]);
+                    acc[2] = vmlal_n_s16(acc[2], vget_low_s16(hi), scales[2 * pair + 1]);
+                    acc[3] = vmlal_high_n_s16(acc[3], hi, scales[2 * pair + 1]);
+                }
+                int32_t dot = vaddvq_s32(vaddq_s32(vaddq_s32(acc[0], acc[1]), vaddq_s32(acc[2], acc[3])));
+                int32_t min_total = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mins), vget_low_s16(sums)), mins, sums));
+                val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)min_total);
+            }
+            out[i] = val;
+        }
+    }
+}
+
+/* matvec_q6k() for NEON, a row at a time as matvec_q4k_neon(): each half of
+   a block unpacked into 128 values q - 32 (see q6k_values()), a sub-block of
+   16 multiplied into 8 int16 lanes (two products each), then scaled. */
+static void matvec_q6k_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+    int blocks = n / Q6K_BLOCK;
+    for (int i = begin; i < end; i++) {
+        const uint8_t *block = w->q6k + (size_t)i * blocks * Q6K_BLOCK_BYTES;
+        float val = 0.0f;
+        for (int b = 0; b < blocks; b++, block += Q6K_BLOCK_BYTES) {
+            const int8_t *x = xq + (size_t)Q6K_BLOCK * b;
+            for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
+            int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+            for (int half = 0; half < 2; half++) {
+                const uint8_t *low = block + 64 * half, *high = block + Q6K_HIGH_BITS + 32 * half;
+                for (int m = 0; m < 4; m++)
+                    for (int part = 0; part < 2; part++) { /* values 128 half + 32 m + 16 part + (0-15) */
+                        uint8x16_t low_bits = vld1q_u8(low + 32 * (m % 2) + 16 * part);
+                        uint8x16_t high_bits = vld1q_u8(high + 16 * part);
+                        low_bits = m < 2 ? vandq_u8(low_bits, vdupq_n_u8(15)) : vshrq_n_u8(low_bits, 4);
+                        high_bits = vandq_u8(vshlq_u8(high_bits, vdupq_n_s8((int8_t)(4 - 2 * m))), vdupq_n_u8(0x30));
+                        int8x16_t q = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low_bits, high_bits)), vdupq_n_s8(32));
+                        int8x16_t xv = vld1q_s8(x + 128 * half + 32 * m + 16 * part);
+                        int16x8_t products = vmlal_high_s8(vmull_s8(vget_low_s8(q), vget_low_s8(xv)), q, xv);
+                        int16_t scale = (int8_t)block[Q6K_SCALES + 8 * half + 2 * m + part];
+                        acc[2 * part] = vmlal_n_s16(acc[2 * part], vget_low_s16(products), scale);
+                        acc[2 * part + 1] = vmlal_high_n_s16(acc[2 * part + 1], products, scale);
+                    }
+            }
+            int32_t dot = vaddvq_s32(vaddq_s32(vaddq_s32(acc[0], acc[1]), vaddq_s32(acc[2], acc[3])));
+            val += xs[b] * (half_to_float(block + Q6K_D) * (float)dot);
+        }
+        out[i] = val;
+    }
 }
 #endif
 
@@ -4501,7 +4729,7 @@ static int cpu_has_avx2(void) {
    1 vector of tokens; expf() per lane; Part I's quantize and attention (the
    8-lane ones spill: stories110M int8 prefill 94 against 130 tok/s). */
 KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, dot8_sse, pair_sse, quantize,
-                 attention_block_plain, matvec_q4k, NULL, matvec_q6k, NULL)
+                 attention_block_plain, matvec_q4k_sse, NULL, matvec_q6k_sse, NULL)
 
 /* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
    tokens of sums. */
@@ -4542,7 +4770,7 @@ static const KernelSet vnni_kernels = {
    with NEON's fused multiply-add. */
 QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
 KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, dot8_neon, pair_neon, quantize_neon,
-                 attention_block_neon, matvec_q4k, NULL, matvec_q6k, NULL)
+                 attention_block_neon, matvec_q4k_neon, NULL, matvec_q6k_neon, NULL)
 #endif
 
 /* Every set this build has, slowest first. */
