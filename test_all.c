@@ -3409,7 +3409,8 @@ static void test_speculative_goldens(const char *run) {
     snprintf(generate, sizeof generate, "%s/golden/generate.jsonl", shared_dir());
     snprintf(generate_q80, sizeof generate_q80, "%s/golden/generate_q80.jsonl", shared_dir());
     const char *cache = getenv("GOLDEN_CACHE");
-    char wrapper[] = "./run_speculative_test", script[8192], greedy[] = "/tmp/run_test_greedy_XXXXXX";
+    /* a name of its own, so that suites can run side by side (make test-arm64 beside make test) */
+    char wrapper[] = "./run_speculative_test_XXXXXX", script[8192], greedy[] = "/tmp/run_test_greedy_XXXXXX";
     snprintf(script, sizeof script,
              "#!/bin/sh\n"
              "# check_golden.py runs this as the program under test\n"
@@ -3423,7 +3424,11 @@ static void test_speculative_goldens(const char *run) {
              "esac\n"
              "exec %s \"$@\" -d \"$draft\" -k \"$K\"\n",
              run, cache ? cache : "${TMPDIR:-/tmp}/llm-golden-cache", shared_dir(), shared_dir(), run);
-    FILE *f = fopen(wrapper, "w");
+    FILE *f = fdopen(mkstemp(wrapper), "w");
+    if (!f) {
+        perror(wrapper);
+        exit(2);
+    }
     fputs(script, f);
     fclose(f);
     chmod(wrapper, 0755);
