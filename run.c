@@ -2702,8 +2702,9 @@ static inline __attribute__((always_inline)) void totals8(i32x8 *total, const i3
 typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
 
 /* Blocks of a q4k or q6k row that the decode kernels take at once, keeping
-   the inputs' sub-block sums (and on x86 the partial sums of 8 rows, 26 KB)
-   on the stack: a row of 16384 values; wider rows go a chunk at a time. */
+   what they share on the stack (the inputs' sub-block sums; avx2: 8 rows'
+   partial sums, 26 KB; sse: the inputs as int16, 32 KB): a row of 16384
+   values; wider rows go a chunk at a time. */
 #define BLOCKS_PER_CHUNK 64
 
 /* How far ahead of a q4k or q6k block the decode kernels ask for data: 4 KB,
@@ -3423,9 +3424,11 @@ static void matvec_q4k_neon(float *out, const int8_t *xq, const float *xs, const
     }
 }
 
-/* matvec_q6k() for NEON, a row at a time as matvec_q4k_neon(): each half of
-   a block unpacked into 128 values q - 32 (see q6k_values()), a sub-block of
-   16 multiplied into 8 int16 lanes (two products each), then scaled. */
+/* matvec_q6k() for NEON, a row at a time as matvec_q4k_neon(): the values
+   q - 32 unpacked 16 at a time (see q6k_values()), a sub-block of 16
+   multiplied into 8 int16 lanes (two products each, at most 2 * 32 * 128),
+   then scaled. The -32 is in the values, so the inputs' sums are not needed
+   and rows of any width go in one pass. */
 static void matvec_q6k_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
     int blocks = n / Q6K_BLOCK;
     for (int i = begin; i < end; i++) {

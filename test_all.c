@@ -2387,27 +2387,33 @@ static void test_fast_quantize(void) {
 typedef void (*BlockMatvec)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end);
 
 /* The current set's matvec of a q4k or q6k matrix m [d][n] against plain's, bit
-   for bit, on a random input quantized as forward() quantizes it. */
+   for bit, on an input quantized as forward() quantizes it: random, and one at
+   the limits of the kernels' int16 sums (every block's inputs 127 or -127). */
 static void check_block_matvec(const char *type, const Matrix *m, BlockMatvec plain_fn, BlockMatvec fast_fn, int n,
                                int d) {
     float *x = random_tensor(n, 3, 0), *xs = malloc(n / 256 * sizeof(float));
     int8_t *xq = malloc(n);
-    quantize(xq, xs, x, n, 256);
     float *plain = calloc(d, sizeof(float)), *fast = calloc(d, sizeof(float));
-    plain_fn(plain, xq, xs, m, n, 0, d);
-    fast_fn(fast, xq, xs, m, n, 0, d);
-    check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s %s matvec (n %d, d %d) differs from plain", kernels->name,
-          type, n, d);
-    /* as threads split the rows: ranges that start and end off any multiple of 8 */
-    memset(fast, 0, d * sizeof(float));
-    for (int begin = 0, step = 3; begin < d; begin += step, step += 7)
-        fast_fn(fast, xq, xs, m, n, begin, begin + step < d ? begin + step : d);
-    check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s %s matvec (n %d, d %d) in row ranges differs from plain",
-          kernels->name, type, n, d);
+    for (int input = 0; input < 2; input++) {
+        if (input == 1)
+            for (int i = 0; i < n; i++) x[i] = i / 256 % 2 ? -1.0f : 1.0f;
+        quantize(xq, xs, x, n, 256);
+        plain_fn(plain, xq, xs, m, n, 0, d);
+        fast_fn(fast, xq, xs, m, n, 0, d);
+        check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s %s matvec (n %d, d %d, %s input) differs from plain",
+              kernels->name, type, n, d, input ? "+-127" : "random");
+        /* as threads split the rows: ranges that start and end off any multiple of 8 */
+        memset(fast, 0, d * sizeof(float));
+        for (int begin = 0, step = 3; begin < d; begin += step, step += 7)
+            fast_fn(fast, xq, xs, m, n, begin, begin + step < d ? begin + step : d);
+        check(memcmp(plain, fast, d * sizeof(float)) == 0,
+              "%s %s matvec (n %d, d %d, %s input) in row ranges differs from plain", kernels->name, type, n, d,
+              input ? "+-127" : "random");
+    }
     free(x), free(xs), free(xq), free(plain), free(fast);
 }
 
-/* Each set's q4k matvec gives plain's bits, on random blocks. */
+/* Each set's q4k matvec gives plain's bits, on random blocks and blocks at the limits. */
 static void test_fast_matvec_q4k(void) {
     /* 17920: more blocks than BLOCKS_PER_CHUNK */
     static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}, {17920, 3}, {17920, 17}};
@@ -2420,6 +2426,7 @@ static void test_fast_matvec_q4k(void) {
             uint16_t dd = half_bits(fabsf(lcg_uniform()) / 50), dmin = half_bits(fabsf(lcg_uniform()) / 50);
             if (b % 3 == 2) dd = random_finite_half(), dmin = random_finite_half(); /* signs, subnormals, large */
             memcpy(blocks + 144 * b, &dd, 2), memcpy(blocks + 144 * b + 2, &dmin, 2);
+            if (b % 4 == 1) memset(blocks + 144 * b + 4, 0xff, 140); /* the limits: scales and mins 63, values 15 */
         }
         Matrix m = {.q4k = blocks};
         check_block_matvec("q4k", &m, matvec_q4k, kernels->matvec_q4k, n, d);
@@ -2427,7 +2434,7 @@ static void test_fast_matvec_q4k(void) {
     }
 }
 
-/* Each set's q6k matvec gives plain's bits, on random blocks. */
+/* Each set's q6k matvec gives plain's bits, on random blocks and blocks at the limits. */
 static void test_fast_matvec_q6k(void) {
     /* 17920: more blocks than BLOCKS_PER_CHUNK */
     static const int shapes[][2] = {{256, 1}, {256, 17}, {512, 8}, {768, 33}, {2048, 16}, {17920, 3}, {17920, 17}};
@@ -2439,8 +2446,10 @@ static void test_fast_matvec_q6k(void) {
             uint16_t dd = random_finite_half();
             memcpy(blocks + 210 * b + 208, &dd, 2);
         }
-        /* the extremes in the first block: every q 63 (q - 32 = 31) with scale 127; one-row shapes q 0 (-32) with -128 */
+        /* the extremes: every q 63 (q - 32 = 31) with scale 127, or q 0 (-32) with -128 (one-row shapes: the first block) */
         memset(blocks, d > 1 ? 0xff : 0, 192), memset(blocks + 192, d > 1 ? 0x7f : 0x80, 16);
+        for (size_t b = 1; b < (size_t)d * n / 256; b += 2)
+            memset(blocks + 210 * b, b % 4 == 1 ? 0xff : 0, 192), memset(blocks + 210 * b + 192, b % 4 == 1 ? 0x7f : 0x80, 16);
         Matrix m = {.q6k = blocks};
         check_block_matvec("q6k", &m, matvec_q6k, kernels->matvec_q6k, n, d);
         free(blocks);
@@ -2931,7 +2940,9 @@ static void test_kernel_instructions(void) {
                            (uintptr_t)k->softmax,         (uintptr_t)k->swiglu,
                            (uintptr_t)k->attention_block, (uintptr_t)k->prepare_tokens,
                            (uintptr_t)k->matmul_tokens,
-                           (uintptr_t)k->prepare_q8_tokens, (uintptr_t)k->matmul_q8_tokens};
+                           (uintptr_t)k->prepare_q8_tokens, (uintptr_t)k->matmul_q8_tokens,
+                           (uintptr_t)k->matvec_q4k,      (uintptr_t)k->matvec_q6k,
+                           (uintptr_t)k->matmul_q4k_tokens, (uintptr_t)k->matmul_q6k_tokens};
         uint64_t roots[sizeof fns / sizeof fns[0]];
         int n_roots = 0;
         for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
@@ -3424,7 +3435,8 @@ static void test_speculative_goldens(const char *run) {
              "esac\n"
              "exec %s \"$@\" -d \"$draft\" -k \"$K\"\n",
              run, cache ? cache : "${TMPDIR:-/tmp}/llm-golden-cache", shared_dir(), shared_dir(), run);
-    FILE *f = fdopen(mkstemp(wrapper), "w");
+    int wrapper_fd = mkstemp(wrapper);
+    FILE *f = wrapper_fd < 0 ? NULL : fdopen(wrapper_fd, "w");
     if (!f) {
         perror(wrapper);
         exit(2);
