@@ -3518,18 +3518,20 @@ matvec_body(float *out, const float *x, const float *w, int n, int begin, int en
    tokens, 256 bytes apart, would map a column block onto a quarter of L1's sets.) */
 static int token_width(int T) { return (T + 7) / 8 * 8; }
 
-/* R rows by V vectors of 8 tokens of out_t[row][t] = W[row] . x[t], for the
-   columns [jb, je): added to what out_t holds unless jb == 0. One weight,
-   broadcast, meets V vectors of tokens: R * V independent sums in registers. */
+/* R rows by V vectors of 8 tokens of out_t[row][t] = W[row] . x[t] (rows
+   `width` apart, token_width(T)), for the columns [jb, je): added to what
+   out_t holds unless jb == 0. One weight, broadcast, meets V vectors of
+   tokens: R * V independent sums in registers. */
 static inline __attribute__((always_inline)) void
-tokens_block8(float *out_t, const float *x_t, const float *w, int n, int row, int R, int v0, int V, int jb, int je) {
+tokens_block8(float *out_t, const float *x_t, const float *w, int n, int width, int row, int R, int v0, int V, int jb,
+              int je) {
     f32x8 acc[6][2];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++) {
             if (jb == 0)
                 acc[r][v] = (f32x8){0};
             else
-                memcpy(&acc[r][v], out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), sizeof(f32x8));
+                memcpy(&acc[r][v], out_t + (size_t)(row + r) * width + 8 * (v0 + v), sizeof(f32x8));
         }
     for (int j = jb; j < je; j++) {
         f32x8 xv[2];
@@ -3541,27 +3543,29 @@ tokens_block8(float *out_t, const float *x_t, const float *w, int n, int row, in
     }
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++)
-            memcpy(out_t + (size_t)(row + r) * MAX_BATCH + 8 * (v0 + v), &acc[r][v], sizeof(f32x8));
+            memcpy(out_t + (size_t)(row + r) * width + 8 * (v0 + v), &acc[r][v], sizeof(f32x8));
 }
 
-/* out[t * out_stride + i] = out_t[i * MAX_BATCH + t] for rows [begin, end)
-   and tokens [0, T): the batched kernels' sums, back to one row per token,
-   by 8x8 transposes. */
+/* out[t * out_stride + i] = out_t[i * width + t] (width = token_width(T))
+   for rows [begin, end) and tokens [0, T): the batched kernels' sums, back to
+   one row per token, by 8x8 transposes. (Rows only as wide as the tokens: the
+   classifier's out_t, vocab_size rows, then takes that much memory, not
+   MAX_BATCH floats a row.) */
 static inline __attribute__((always_inline)) void
 tokens_to_rows(float *out, size_t out_stride, const float *out_t, int T, int begin, int end, TransposeFn transpose) {
-    int i = begin;
+    int i = begin, width = token_width(T);
     for (; i + 8 <= end; i += 8) {
         int t = 0;
         for (; t + 8 <= T; t += 8) {
             f32x8 col[8]; /* col[c]: token t + c of rows i..i+7 */
-            transpose(col, out_t + (size_t)i * MAX_BATCH + t, MAX_BATCH);
+            transpose(col, out_t + (size_t)i * width + t, width);
             for (int c = 0; c < 8; c++) memcpy(out + (size_t)(t + c) * out_stride + i, &col[c], sizeof(f32x8));
         }
         for (; t < T; t++)
-            for (int r = i; r < i + 8; r++) out[(size_t)t * out_stride + r] = out_t[(size_t)r * MAX_BATCH + t];
+            for (int r = i; r < i + 8; r++) out[(size_t)t * out_stride + r] = out_t[(size_t)r * width + t];
     }
     for (; i < end; i++)
-        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = out_t[(size_t)i * MAX_BATCH + t];
+        for (int t = 0; t < T; t++) out[(size_t)t * out_stride + i] = out_t[(size_t)i * width + t];
 }
 
 /* Batched matvec for a few tokens (T <= 4, one vector of them, mostly
@@ -3611,11 +3615,11 @@ matmul_tokens_body(float *out, size_t out_stride, float *out_t, const float *x_t
         int i = begin;
         for (; i + R <= end; i += R) {
             int v0 = 0;
-            for (; v0 + V <= vectors; v0 += V) tokens_block8(out_t, x_t, w, n, i, R, v0, V, jb, je);
-            for (; v0 < vectors; v0++) tokens_block8(out_t, x_t, w, n, i, R, v0, 1, jb, je);
+            for (; v0 + V <= vectors; v0 += V) tokens_block8(out_t, x_t, w, n, width, i, R, v0, V, jb, je);
+            for (; v0 < vectors; v0++) tokens_block8(out_t, x_t, w, n, width, i, R, v0, 1, jb, je);
         }
         for (; i < end; i++)
-            for (int v0 = 0; v0 < vectors; v0++) tokens_block8(out_t, x_t, w, n, i, 1, v0, 1, jb, je);
+            for (int v0 = 0; v0 < vectors; v0++) tokens_block8(out_t, x_t, w, n, width, i, 1, v0, 1, jb, je);
     }
     tokens_to_rows(out, out_stride, out_t, T, begin, end, transpose);
 }
@@ -3768,7 +3772,7 @@ q8_pairs_rows(float *out_t, const void *scratch, const Matrix *w, int n, int gro
             for (; v0 < vectors; v0++) q8_pairs_block(acc_mem, w16, x2, n / 2, j0 / 2, len, R, v0, 1, pair);
         }
         for (int r = 0; r < R; r++) {
-            float *val = out_t + (size_t)(row + r) * MAX_BATCH;
+            float *val = out_t + (size_t)(row + r) * width;
             float ws = w->scale[(size_t)(row + r) * groups + g];
             for (int v = 0; v < vectors; v++) {
                 f32x8 sum = {0}, x_scale;
@@ -4866,7 +4870,7 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
     size_t qkv_rows = q_dim + 2 * kv_dim, projected_rows = qkv_rows > 2 * (size_t)c->hidden_dim ? qkv_rows : 2 * (size_t)c->hidden_dim;
     if (projected_rows < (size_t)c->dim) projected_rows = c->dim; /* wo and w2 */
     size_t rows = classify_all && (size_t)c->vocab_size > projected_rows ? (size_t)c->vocab_size : projected_rows;
-    /* as batch_buffer(), but the classifier's rows are touched only if they are used */
+    /* as batch_buffer(), but the classifier's rows are touched only as far as they are used (tokens_to_rows()) */
     b->out_t = xaligned(MAX_BATCH * rows, sizeof(float), 64);
     memset(b->out_t, 0, MAX_BATCH * projected_rows * sizeof(float));
 }
