@@ -2713,6 +2713,12 @@ typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
    second of no prefetch, 1.1x of 2 KB ahead). */
 #define BLOCK_PREFETCH_BYTES 4096
 
+/* Rows of a q4k or q6k matrix taken together by the batched kernels: each
+   of their blocks is unpacked once (16 rows: 8 KB for q4k) while every group
+   of 8 tokens passes over it, so the tokens' inputs for one block (2.4 KB a
+   group) are read from memory once per 16 rows rather than once per row. */
+#define ROW_TILE 16
+
 #if defined(__x86_64__)
 /* Lane r: the sum of the 8 lanes of acc[r]. */
 static inline __attribute__((always_inline)) AVX2 __m256i
@@ -2894,12 +2900,6 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
         }
     }
 }
-
-/* Rows of a q4k or q6k matrix taken together by the batched kernels: each
-   of their blocks is unpacked once (16 rows: 8 KB for q4k) while every group
-   of 8 tokens passes over it, so the tokens' inputs for one block (2.4 KB a
-   group) are read from memory once per 16 rows rather than once per row. */
-#define ROW_TILE 16
 
 /* out[v] = int32 lane v of rows 0-3, then lane v + 4 of rows 0-3: the
    weights' side of prepare_block_tokens()' order, from 4 vectors of 32
@@ -3459,6 +3459,181 @@ static void matvec_q6k_neon(float *out, const int8_t *xq, const float *xs, const
         }
         out[i] = val;
     }
+}
+
+/* out[m] = int32 lane m of rows 0-3: a 4x4 transpose, the weights' side of
+   prepare_block_tokens()' order for one 16-byte half of its vectors. */
+static inline __attribute__((always_inline)) void interleave_rows_neon(const int8x16_t rows[4], int8x16_t out[4]) {
+    int32x4_t r01_even = vtrn1q_s32(vreinterpretq_s32_s8(rows[0]), vreinterpretq_s32_s8(rows[1]));
+    int32x4_t r01_odd = vtrn2q_s32(vreinterpretq_s32_s8(rows[0]), vreinterpretq_s32_s8(rows[1]));
+    int32x4_t r23_even = vtrn1q_s32(vreinterpretq_s32_s8(rows[2]), vreinterpretq_s32_s8(rows[3]));
+    int32x4_t r23_odd = vtrn2q_s32(vreinterpretq_s32_s8(rows[2]), vreinterpretq_s32_s8(rows[3]));
+    out[0] = vreinterpretq_s8_s64(vtrn1q_s64(vreinterpretq_s64_s32(r01_even), vreinterpretq_s64_s32(r23_even)));
+    out[1] = vreinterpretq_s8_s64(vtrn1q_s64(vreinterpretq_s64_s32(r01_odd), vreinterpretq_s64_s32(r23_odd)));
+    out[2] = vreinterpretq_s8_s64(vtrn2q_s64(vreinterpretq_s64_s32(r01_even), vreinterpretq_s64_s32(r23_even)));
+    out[3] = vreinterpretq_s8_s64(vtrn2q_s64(vreinterpretq_s64_s32(r01_odd), vreinterpretq_s64_s32(r23_odd)));
+}
+
+/* A q4k or q6k block unpacked for the NEON batched kernels: its values in
+   prepare_block_tokens()' order, vector v in q[v][0] and q[v][1] (16 bytes
+   each: int32 lane p of half H holds values of q4k sub-block 2p + v / 4, or
+   of q6k sub-block 4p + 2 (v / 4) + H); per product vector (q4k: [v / 4][pair
+   half], q6k: [2 (v / 4) + H][pair half]) the matching scales as int16, four
+   lanes each; q4k's mins of sub-blocks 2p and 2p + 1 as int16 pairs in
+   min_pairs[p]; d and dmin. */
+typedef struct {
+    int8x16_t q[8][2];
+    int16x8_t scales[4][2], min_pairs[4];
+    float32x4_t d, dmin;
+} BlockUnpackedNeon;
+
+static inline __attribute__((always_inline)) void q4k_unpack_neon(const uint8_t *block, BlockUnpackedNeon *u) {
+    static const uint8_t scale_order[2][16] = {{0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6},
+                                               {1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7}};
+    static const uint8_t min_order[2][16] = {{8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11},
+                                             {12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15}};
+    for (int half = 0; half < 2; half++) {
+        int8x16_t rows[4], packed[4];
+        for (int p = 0; p < 4; p++) rows[p] = vld1q_s8((const int8_t *)block + 16 + 32 * p + 16 * half);
+        interleave_rows_neon(rows, packed);
+        for (int m = 0; m < 4; m++) {
+            uint8x16_t bytes = vreinterpretq_u8_s8(packed[m]);
+            u->q[m][half] = vreinterpretq_s8_u8(vandq_u8(bytes, vdupq_n_u8(15)));
+            u->q[4 + m][half] = vreinterpretq_s8_u8(vshrq_n_u8(bytes, 4));
+        }
+    }
+    uint8x16_t scales_mins = q4k_scales_mins_neon(block + 4);
+    for (int h = 0; h < 2; h++) {
+        uint8x16_t scales = vqtbl1q_u8(scales_mins, vld1q_u8(scale_order[h]));
+        u->scales[h][0] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(scales)));
+        u->scales[h][1] = vreinterpretq_s16_u16(vmovl_high_u8(scales));
+        uint8x16_t mins = vqtbl1q_u8(scales_mins, vld1q_u8(min_order[h]));
+        u->min_pairs[2 * h] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mins)));
+        u->min_pairs[2 * h + 1] = vreinterpretq_s16_u16(vmovl_high_u8(mins));
+    }
+    u->d = vdupq_n_f32(half_to_float(block));
+    u->dmin = vdupq_n_f32(half_to_float(block + 2));
+}
+
+static inline __attribute__((always_inline)) void q6k_unpack_tokens_neon(const uint8_t *block, BlockUnpackedNeon *u) {
+    int8_t values[Q6K_BLOCK];
+    q6k_values(block, values);
+    for (int h = 0; h < 2; h++)
+        for (int half = 0; half < 2; half++) {
+            int8x16_t rows[4], out[4];
+            for (int p = 0; p < 4; p++) rows[p] = vld1q_s8(values + 64 * p + 32 * h + 16 * half);
+            interleave_rows_neon(rows, out);
+            for (int m = 0; m < 4; m++) u->q[4 * h + m][half] = out[m];
+            /* sub-blocks 2 h + half, 4 + 2 h + half, 8 + ..., 12 + ..., four lanes each */
+            uint8_t order[16];
+            for (int k = 0; k < 16; k++) order[k] = (uint8_t)(4 * (k / 4) + 2 * h + half);
+            int8x16_t scales = vqtbl1q_s8(vld1q_s8((const int8_t *)block + Q6K_SCALES), vld1q_u8(order));
+            u->scales[2 * h + half][0] = vmovl_s8(vget_low_s8(scales));
+            u->scales[2 * h + half][1] = vmovl_high_s8(scales);
+        }
+    u->d = vdupq_n_f32(half_to_float(block + Q6K_D));
+}
+
+/* Lane k of the result: the sum of the 4 lanes of v[k], for 4 vectors. */
+static inline __attribute__((always_inline)) int32x4_t lane_totals_neon(const int32x4_t v[4]) {
+    return vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]));
+}
+
+/* One q4k or q6k block times the inputs of 8 tokens (prepare_block_tokens()),
+   tokens 0-3 in sums[0] and 4-7 in sums[1], as the plain kernels combine
+   them: q4k d times the integer dot product minus dmin times the mins'
+   products, q6k d times the dot product. Each int16 lane of the byte products
+   belongs to one sub-block, so products add up as int16 (q4k: eight, at most
+   8 * 15 * 128; q6k: four, at most 4 * 32 * 128) before vmlal applies the
+   scales. */
+static inline __attribute__((always_inline)) void block_tokens_neon(const BlockUnpackedNeon *u, const uint8_t *in,
+                                                                    int q6k, float32x4_t sums[2]) {
+    int32x4_t dots[8];
+    for (int k = 0; k < 8; k++) {
+        int32x4_t acc[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+        for (int h = 0; h < 2; h++) {
+            int16x8_t pairs[2][2] = {{vdupq_n_s16(0), vdupq_n_s16(0)}, {vdupq_n_s16(0), vdupq_n_s16(0)}};
+            for (int m = 0; m < 4; m++)
+                for (int half = 0; half < 2; half++) {
+                    int8x16_t x = vld1q_s8((const int8_t *)in + 32 * (8 * (4 * h + m) + k) + 16 * half);
+                    int16x8_t *p = pairs[q6k ? half : 0];
+                    p[0] = vmlal_s8(p[0], vget_low_s8(u->q[4 * h + m][half]), vget_low_s8(x));
+                    p[1] = vmlal_high_s8(p[1], u->q[4 * h + m][half], x);
+                }
+            for (int half = 0; half < (q6k ? 2 : 1); half++) {
+                const int16x8_t *scales = u->scales[q6k ? 2 * h + half : h];
+                for (int i = 0; i < 2; i++) {
+                    acc[0] = vmlal_s16(acc[0], vget_low_s16(pairs[half][i]), vget_low_s16(scales[i]));
+                    acc[1] = vmlal_high_s16(acc[1], pairs[half][i], scales[i]);
+                }
+            }
+        }
+        dots[k] = vaddq_s32(acc[0], acc[1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        float32x4_t dot = vcvtq_f32_s32(lane_totals_neon(dots + 4 * i));
+        sums[i] = vmulq_f32(u->d, dot);
+        if (q6k) continue;
+        int32x4_t mins = vdupq_n_s32(0); /* tokens 4i to 4i + 3 */
+        for (int p = 0; p < 4; p++) {
+            int16x8_t x_sums = vld1q_s16((const int16_t *)(in + TOKEN_SUMS32 + 32 * p + 16 * i));
+            mins = vaddq_s32(mins, vpaddq_s32(vmull_s16(vget_low_s16(x_sums), vget_low_s16(u->min_pairs[p])),
+                                              vmull_high_s16(x_sums, u->min_pairs[p])));
+        }
+        sums[i] = vsubq_f32(sums[i], vmulq_f32(u->dmin, vcvtq_f32_s32(mins)));
+    }
+}
+
+/* matvec_q4k_neon() or matvec_q6k_neon() for T <= MAX_BATCH tokens at once,
+   as matmul_blocks_tokens_avx2() does it: rows in tiles, each block unpacked
+   once for every group of 8 tokens, 8 tokens in the lanes of two vectors,
+   each lane adding up its blocks in order as the plain kernel does. */
+static inline __attribute__((always_inline)) void matmul_blocks_tokens_neon(float *out, size_t out_stride,
+                                                                            const void *tokens, const uint8_t *weights,
+                                                                            int q6k, int n, int T, int begin, int end) {
+    size_t block_bytes = q6k ? Q6K_BLOCK_BYTES : Q4K_BLOCK_BYTES;
+    int blocks = n / 256, groups = (T + 7) / 8;
+    for (int tile = begin; tile < end; tile += ROW_TILE) {
+        int rows = end - tile < ROW_TILE ? end - tile : ROW_TILE;
+        float32x4_t val[MAX_BATCH / 8][ROW_TILE][2];
+        for (int g = 0; g < groups; g++)
+            for (int r = 0; r < rows; r++) val[g][r][0] = val[g][r][1] = vdupq_n_f32(0.0f);
+        for (int b = 0; b < blocks; b++) {
+            BlockUnpackedNeon u[ROW_TILE];
+            for (int r = 0; r < rows; r++) {
+                const uint8_t *block = weights + ((size_t)(tile + r) * blocks + b) * block_bytes;
+                for (size_t line = 0; line < block_bytes; line += 64) prefetch(block + line, block_bytes);
+                if (q6k) q6k_unpack_tokens_neon(block, &u[r]);
+                else q4k_unpack_neon(block, &u[r]);
+            }
+            for (int g = 0; g < groups; g++) {
+                const uint8_t *in = (const uint8_t *)tokens + ((size_t)g * blocks + b) * TOKENS_BYTES;
+                const float *x_scales = (const float *)(in + TOKEN_SCALES);
+                for (int r = 0; r < rows; r++) {
+                    float32x4_t sums[2];
+                    block_tokens_neon(&u[r], in, q6k, sums);
+                    for (int i = 0; i < 2; i++)
+                        val[g][r][i] = vaddq_f32(val[g][r][i], vmulq_f32(vld1q_f32(x_scales + 4 * i), sums[i]));
+                }
+            }
+        }
+        for (int g = 0; g < groups; g++)
+            for (int r = 0; r < rows; r++) {
+                float lanes[8];
+                vst1q_f32(lanes, val[g][r][0]), vst1q_f32(lanes + 4, val[g][r][1]);
+                for (int k = 0; k < 8 && k < T - 8 * g; k++) out[(size_t)(8 * g + k) * out_stride + tile + r] = lanes[k];
+            }
+    }
+}
+
+static void matmul_q4k_tokens_neon(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
+                                   int begin, int end) {
+    matmul_blocks_tokens_neon(out, out_stride, tokens, w->q4k, 0, n, T, begin, end);
+}
+
+static void matmul_q6k_tokens_neon(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
+                                   int begin, int end) {
+    matmul_blocks_tokens_neon(out, out_stride, tokens, w->q6k, 1, n, T, begin, end);
 }
 #endif
 
@@ -4777,7 +4952,8 @@ static const KernelSet vnni_kernels = {
    with NEON's fused multiply-add. */
 QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
 KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, dot8_neon, pair_neon, quantize_neon,
-                 attention_block_neon, matvec_q4k_neon, NULL, matvec_q6k_neon, NULL)
+                 attention_block_neon, matvec_q4k_neon, matmul_q4k_tokens_neon, matvec_q6k_neon,
+                 matmul_q6k_tokens_neon)
 #endif
 
 /* Every set this build has, slowest first. */
