@@ -53,7 +53,8 @@
 /* Floats follow the source exactly: no multiply and add fused into one
    rounding, whatever the compiler's default (clang fuses by default, gcc does
    with -march=native in GNU mode). The outputs then match the reference ones
-   bit for bit with every compiler and flag. */
+   bit for bit with every compiler and flag, but clang's -ffp-contract=fast,
+   which by design overrides this pragma. */
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
 #else
@@ -2714,7 +2715,7 @@ typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
 #define BLOCK_PREFETCH_BYTES 4096
 
 /* Rows of a q4k or q6k matrix taken together by the batched kernels: each
-   of their blocks is unpacked once (16 rows: 8 KB for q4k) while every group
+   of their blocks is unpacked once (16 rows: 7.5-8 KB for q4k) while every group
    of 8 tokens passes over it, so the tokens' inputs for one block (2.4 KB a
    group) are read from memory once per 16 rows rather than once per row. */
 #define ROW_TILE 16
@@ -3477,10 +3478,11 @@ static inline __attribute__((always_inline)) void interleave_rows_neon(const int
 /* A q4k or q6k block unpacked for the NEON batched kernels: its values in
    prepare_block_tokens()' order, vector v in q[v][0] and q[v][1] (16 bytes
    each: int32 lane p of half H holds values of q4k sub-block 2p + v / 4, or
-   of q6k sub-block 4p + 2 (v / 4) + H); per product vector (q4k: [v / 4][pair
-   half], q6k: [2 (v / 4) + H][pair half]) the matching scales as int16, four
-   lanes each; q4k's mins of sub-blocks 2p and 2p + 1 as int16 pairs in
-   min_pairs[p]; d and dmin. */
+   of q6k sub-block 4p + 2 (v / 4) + H); the scales as int16, four lanes each,
+   matching the products of a half's low 8 bytes (lanes p = 0, 1) in
+   scales[s][0] and of its high 8 (p = 2, 3) in scales[s][1], s = v / 4 for
+   q4k, 2 (v / 4) + H for q6k; q4k's mins of sub-blocks 2p and 2p + 1 as int16
+   pairs in min_pairs[p]; d and dmin (q4k). */
 typedef struct {
     int8x16_t q[8][2];
     int16x8_t scales[4][2], min_pairs[4];
