@@ -3225,99 +3225,102 @@ static inline __attribute__((always_inline)) __m128i products16_sse(__m128i sum,
     return _mm_add_epi16(sum, _mm_mullo_epi16(high, _mm_loadu_si128((const __m128i *)(x + 8))));
 }
 
-/* matvec_q4k() for SSE2, a row at a time: a sub-block's 32 products add up
-   as int16 in 8 lanes (at most 4 * 15 * 128), then pmaddwd applies its
-   scale. The integer totals are the plain kernel's, and each row combines its
-   blocks as it does. The inputs (widened) and their sub-block sums, for the
-   mins, are the same for every row: taken once per chunk of blocks. */
-static void matvec_q4k_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+/* One q4k block times the inputs x (widened) with their sums over each 32:
+   d times the integer dot product minus dmin times the mins' products, as
+   matvec_q4k() combines them. A sub-block's 32 products add up as int16 in 8
+   lanes (at most 4 * 15 * 128), then pmaddwd applies its scale. */
+static inline __attribute__((always_inline)) float q4k_block_sse(const uint8_t *block, const int16_t *x,
+                                                                 const int16_t *x_sums) {
     const __m128i low_nibbles = _mm_set1_epi8(15);
-    int blocks = n / Q4K_BLOCK;
+    int scale[8], min[8];
+    for (int j = 0; j < 8; j++) q4k_scale_min(block + 4, j, &scale[j], &min[j]);
+    __m128i acc = _mm_setzero_si128();
+    for (int pair = 0; pair < 4; pair++) {
+        __m128i q0 = _mm_loadu_si128((const __m128i *)(block + 16 + 32 * pair));
+        __m128i q1 = _mm_loadu_si128((const __m128i *)(block + 32 + 32 * pair));
+        __m128i lo = products16_sse(_mm_setzero_si128(), _mm_and_si128(q0, low_nibbles), x + 64 * pair);
+        lo = products16_sse(lo, _mm_and_si128(q1, low_nibbles), x + 64 * pair + 16);
+        __m128i hi = products16_sse(_mm_setzero_si128(), _mm_and_si128(_mm_srli_epi16(q0, 4), low_nibbles),
+                                    x + 64 * pair + 32);
+        hi = products16_sse(hi, _mm_and_si128(_mm_srli_epi16(q1, 4), low_nibbles), x + 64 * pair + 48);
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(lo, _mm_set1_epi16((short)scale[2 * pair])));
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(hi, _mm_set1_epi16((short)scale[2 * pair + 1])));
+    }
+    __m128i mins = _mm_setr_epi16((short)min[0], (short)min[1], (short)min[2], (short)min[3], (short)min[4],
+                                  (short)min[5], (short)min[6], (short)min[7]);
+    int32_t min_total = lane_sum_sse(_mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)x_sums)));
+    return half_to_float(block) * (float)lane_sum_sse(acc) - half_to_float(block + 2) * (float)min_total;
+}
+
+/* One q6k block times the inputs x (widened) with their sums over each 16: d
+   times the integer dot product, as matvec_q6k() takes it. The 6-bit values q
+   (0-63) are unpacked 16 at a time (see q6k_values()), a sub-block's products
+   add up as int16 (two per lane, at most 2 * 63 * 128), pmaddwd applies its
+   scale, and the -32 comes once per block from the inputs' sums. */
+static inline __attribute__((always_inline)) float q6k_block_sse(const uint8_t *block, const int16_t *x,
+                                                                 const int16_t *x_sums) {
+    const __m128i low_nibbles = _mm_set1_epi8(15), high_pair = _mm_set1_epi8(0x30);
+    /* the 16 int8 scales as int16: sub-blocks 0-7, then 8-15 */
+    __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
+    __m128i scales0 = _mm_srai_epi16(_mm_unpacklo_epi8(packed, packed), 8);
+    __m128i scales1 = _mm_srai_epi16(_mm_unpackhi_epi8(packed, packed), 8);
+    const __m128i *sums = (const __m128i *)x_sums;
+    __m128i offsets = _mm_add_epi32(_mm_madd_epi16(scales0, _mm_loadu_si128(sums)),
+                                    _mm_madd_epi16(scales1, _mm_loadu_si128(sums + 1)));
+    __m128i acc = _mm_setzero_si128();
+    for (int half = 0; half < 2; half++) {
+        const uint8_t *low = block + 64 * half, *high = block + Q6K_HIGH_BITS + 32 * half;
+        for (int m = 0; m < 4; m++)
+            for (int part = 0; part < 2; part++) { /* values 128 half + 32 m + 16 part + (0-15) */
+                __m128i low_bits = _mm_loadu_si128((const __m128i *)(low + 32 * (m % 2) + 16 * part));
+                __m128i high_bits = _mm_loadu_si128((const __m128i *)(high + 16 * part));
+                low_bits = _mm_and_si128(m < 2 ? low_bits : _mm_srli_epi16(low_bits, 4), low_nibbles);
+                /* bit pair m to bits 4-5 (16-bit shifts: the bits kept stay within their byte) */
+                high_bits = m < 2 ? _mm_slli_epi16(high_bits, 4 - 2 * m) : _mm_srli_epi16(high_bits, 2 * m - 4);
+                __m128i q = _mm_or_si128(low_bits, _mm_and_si128(high_bits, high_pair));
+                __m128i products = products16_sse(_mm_setzero_si128(), q, x + 128 * half + 32 * m + 16 * part);
+                int sub = 8 * half + 2 * m + part;
+                acc = _mm_add_epi32(acc, _mm_madd_epi16(products, _mm_set1_epi16((int8_t)block[Q6K_SCALES + sub])));
+            }
+    }
+    int32_t dot = lane_sum_sse(acc) - 32 * lane_sum_sse(offsets);
+    return half_to_float(block + Q6K_D) * (float)dot;
+}
+
+/* matvec_q4k() or matvec_q6k() for SSE2, a row at a time, through
+   q4k_block_sse() or q6k_block_sse(): the integer totals are the plain
+   kernels', and each row adds up its blocks as they do. The inputs (widened)
+   and their sums over each sub-block are the same for every row: taken once
+   per chunk of blocks. */
+static inline __attribute__((always_inline)) void matvec_blocks_sse(float *out, const int8_t *xq, const float *xs,
+                                                                    const uint8_t *weights, int q6k, int n, int begin,
+                                                                    int end) {
+    size_t block_bytes = q6k ? Q6K_BLOCK_BYTES : Q4K_BLOCK_BYTES;
+    int blocks = n / 256, run = q6k ? 16 : 32;
     for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
         int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
-        int16_t x_sums[BLOCKS_PER_CHUNK * 8], x16[BLOCKS_PER_CHUNK * Q4K_BLOCK];
-        input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 32);
-        widen_inputs_sse(x16, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0));
+        int16_t x_sums[BLOCKS_PER_CHUNK * 16], x16[BLOCKS_PER_CHUNK * 256];
+        input_sums(x_sums, xq + (size_t)256 * c0, 256 * (c1 - c0), run);
+        widen_inputs_sse(x16, xq + (size_t)256 * c0, 256 * (c1 - c0));
         for (int i = begin; i < end; i++) {
-            const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
+            const uint8_t *block = weights + ((size_t)i * blocks + c0) * block_bytes;
             float val = c0 ? out[i] : 0.0f; /* the earlier chunks' sum */
-            for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
-                const int16_t *x = x16 + Q4K_BLOCK * (b - c0);
-                for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
-                int scale[8], min[8];
-                for (int j = 0; j < 8; j++) q4k_scale_min(block + 4, j, &scale[j], &min[j]);
-                __m128i acc = _mm_setzero_si128();
-                for (int pair = 0; pair < 4; pair++) {
-                    __m128i q0 = _mm_loadu_si128((const __m128i *)(block + 16 + 32 * pair));
-                    __m128i q1 = _mm_loadu_si128((const __m128i *)(block + 32 + 32 * pair));
-                    __m128i lo = products16_sse(_mm_setzero_si128(), _mm_and_si128(q0, low_nibbles), x + 64 * pair);
-                    lo = products16_sse(lo, _mm_and_si128(q1, low_nibbles), x + 64 * pair + 16);
-                    __m128i hi = products16_sse(_mm_setzero_si128(), _mm_and_si128(_mm_srli_epi16(q0, 4), low_nibbles),
-                                                x + 64 * pair + 32);
-                    hi = products16_sse(hi, _mm_and_si128(_mm_srli_epi16(q1, 4), low_nibbles), x + 64 * pair + 48);
-                    acc = _mm_add_epi32(acc, _mm_madd_epi16(lo, _mm_set1_epi16((short)scale[2 * pair])));
-                    acc = _mm_add_epi32(acc, _mm_madd_epi16(hi, _mm_set1_epi16((short)scale[2 * pair + 1])));
-                }
-                __m128i mins = _mm_setr_epi16((short)min[0], (short)min[1], (short)min[2], (short)min[3], (short)min[4],
-                                              (short)min[5], (short)min[6], (short)min[7]);
-                int32_t min_total =
-                    lane_sum_sse(_mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)(x_sums + 8 * (b - c0)))));
-                val += xs[b] *
-                       (half_to_float(block) * (float)lane_sum_sse(acc) - half_to_float(block + 2) * (float)min_total);
+            for (int b = c0; b < c1; b++, block += block_bytes) {
+                const int16_t *x = x16 + 256 * (b - c0), *sums = x_sums + 256 / run * (b - c0);
+                for (size_t line = 0; line < block_bytes; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
+                val += xs[b] * (q6k ? q6k_block_sse(block, x, sums) : q4k_block_sse(block, x, sums));
             }
             out[i] = val;
         }
     }
 }
 
-/* matvec_q6k() for SSE2, a row at a time as matvec_q4k_sse(): the 6-bit
-   values q (0-63) are unpacked 16 at a time (see q6k_values()), a sub-block's
-   products add up as int16 (two per lane, at most 2 * 63 * 128), pmaddwd
-   applies its scale, and the -32 comes once per block from the inputs' sums
-   over each sub-block of 16. */
+static void matvec_q4k_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+    matvec_blocks_sse(out, xq, xs, w->q4k, 0, n, begin, end);
+}
+
 static void matvec_q6k_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
-    const __m128i low_nibbles = _mm_set1_epi8(15), high_pair = _mm_set1_epi8(0x30);
-    int blocks = n / Q6K_BLOCK;
-    for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
-        int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
-        int16_t x_sums[BLOCKS_PER_CHUNK * 16], x16[BLOCKS_PER_CHUNK * Q6K_BLOCK];
-        input_sums(x_sums, xq + (size_t)Q6K_BLOCK * c0, Q6K_BLOCK * (c1 - c0), 16);
-        widen_inputs_sse(x16, xq + (size_t)Q6K_BLOCK * c0, Q6K_BLOCK * (c1 - c0));
-        for (int i = begin; i < end; i++) {
-            const uint8_t *block = w->q6k + ((size_t)i * blocks + c0) * Q6K_BLOCK_BYTES;
-            float val = c0 ? out[i] : 0.0f; /* the earlier chunks' sum */
-            for (int b = c0; b < c1; b++, block += Q6K_BLOCK_BYTES) {
-                const int16_t *x = x16 + Q6K_BLOCK * (b - c0);
-                for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
-                /* the 16 int8 scales as int16: sub-blocks 0-7, then 8-15 */
-                __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
-                __m128i scales0 = _mm_srai_epi16(_mm_unpacklo_epi8(packed, packed), 8);
-                __m128i scales1 = _mm_srai_epi16(_mm_unpackhi_epi8(packed, packed), 8);
-                const __m128i *sums = (const __m128i *)(x_sums + 16 * (b - c0));
-                __m128i offsets = _mm_add_epi32(_mm_madd_epi16(scales0, _mm_loadu_si128(sums)),
-                                                _mm_madd_epi16(scales1, _mm_loadu_si128(sums + 1)));
-                __m128i acc = _mm_setzero_si128();
-                for (int half = 0; half < 2; half++) {
-                    const uint8_t *low = block + 64 * half, *high = block + Q6K_HIGH_BITS + 32 * half;
-                    for (int m = 0; m < 4; m++)
-                        for (int part = 0; part < 2; part++) { /* values 128 half + 32 m + 16 part + (0-15) */
-                            __m128i low_bits = _mm_loadu_si128((const __m128i *)(low + 32 * (m % 2) + 16 * part));
-                            __m128i high_bits = _mm_loadu_si128((const __m128i *)(high + 16 * part));
-                            low_bits = _mm_and_si128(m < 2 ? low_bits : _mm_srli_epi16(low_bits, 4), low_nibbles);
-                            /* bit pair m to bits 4-5 (16-bit shifts: the bits kept stay within their byte) */
-                            high_bits = m < 2 ? _mm_slli_epi16(high_bits, 4 - 2 * m) : _mm_srli_epi16(high_bits, 2 * m - 4);
-                            __m128i q = _mm_or_si128(low_bits, _mm_and_si128(high_bits, high_pair));
-                            __m128i products = products16_sse(_mm_setzero_si128(), q, x + 128 * half + 32 * m + 16 * part);
-                            int sub = 8 * half + 2 * m + part;
-                            acc = _mm_add_epi32(acc, _mm_madd_epi16(products, _mm_set1_epi16((int8_t)block[Q6K_SCALES + sub])));
-                        }
-                }
-                int32_t dot = lane_sum_sse(acc) - 32 * lane_sum_sse(offsets);
-                val += xs[b] * (half_to_float(block + Q6K_D) * (float)dot);
-            }
-            out[i] = val;
-        }
-    }
+    matvec_blocks_sse(out, xq, xs, w->q6k, 1, n, begin, end);
 }
 #endif
 
@@ -3518,6 +3521,11 @@ static inline __attribute__((always_inline)) void q4k_unpack_neon(const uint8_t 
 }
 
 static inline __attribute__((always_inline)) void q6k_unpack_tokens_neon(const uint8_t *block, BlockUnpackedNeon *u) {
+    /* for scales[s]: sub-blocks s, 4 + s, 8 + s and 12 + s, four lanes each */
+    static const uint8_t scale_order[4][16] = {{0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12},
+                                               {1, 1, 1, 1, 5, 5, 5, 5, 9, 9, 9, 9, 13, 13, 13, 13},
+                                               {2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10, 14, 14, 14, 14},
+                                               {3, 3, 3, 3, 7, 7, 7, 7, 11, 11, 11, 11, 15, 15, 15, 15}};
     int8_t values[Q6K_BLOCK];
     q6k_values(block, values);
     for (int h = 0; h < 2; h++)
@@ -3526,10 +3534,7 @@ static inline __attribute__((always_inline)) void q6k_unpack_tokens_neon(const u
             for (int p = 0; p < 4; p++) rows[p] = vld1q_s8(values + 64 * p + 32 * h + 16 * half);
             interleave_rows_neon(rows, out);
             for (int m = 0; m < 4; m++) u->q[4 * h + m][half] = out[m];
-            /* sub-blocks 2 h + half, 4 + 2 h + half, 8 + ..., 12 + ..., four lanes each */
-            uint8_t order[16];
-            for (int k = 0; k < 16; k++) order[k] = (uint8_t)(4 * (k / 4) + 2 * h + half);
-            int8x16_t scales = vqtbl1q_s8(vld1q_s8((const int8_t *)block + Q6K_SCALES), vld1q_u8(order));
+            int8x16_t scales = vqtbl1q_s8(vld1q_s8((const int8_t *)block + Q6K_SCALES), vld1q_u8(scale_order[2 * h + half]));
             u->scales[2 * h + half][0] = vmovl_s8(vget_low_s8(scales));
             u->scales[2 * h + half][1] = vmovl_high_s8(scales);
         }
