@@ -2786,6 +2786,25 @@ dot8_vnni(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
     *total = (i32x8)_mm256_sub_epi32(row_totals_avx2(acc), _mm256_set_m128i(bias, bias));
 }
 
+/* acc += the scales times the dot products of q's unsigned bytes (q4k 0-15,
+   q6k 0-63) with x's signed ones, per int32 lane: with AVX2, vpmaddubsw's
+   pair sums (at most 2 * 63 * 128) times the scales by vpmaddwd, a lane's
+   scale in both its int16 halves; with VNNI, vpdpbusd's sums of four (at
+   most 4 * 63 * 128, so they fit the low int16 half of their lane) times the
+   scales by vpdpwssd, a lane's scale in its low half and 0 in its high half,
+   so the sign bits above the sum multiply 0. The same integers either way. */
+typedef __m256i (*ScaledDotFn)(__m256i acc, __m256i q, __m256i x, __m256i scales);
+
+static inline __attribute__((always_inline)) AVX2 __m256i scaled_dot_avx2(__m256i acc, __m256i q, __m256i x,
+                                                                           __m256i scales) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), scales));
+}
+
+static inline __attribute__((always_inline)) VNNI __m256i scaled_dot_vnni(__m256i acc, __m256i q, __m256i x,
+                                                                           __m256i scales) {
+    return _mm256_dpwssd_epi32(acc, _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x), scales);
+}
+
 /* A q4k block's 6-bit scales (low 8 lanes) and mins (high 8) as int16, from
    the 12 packed bytes (see q4k_scale_min()), 16 at a time: the low 6 bits of
    bytes 0-3 (scales 0-3) and 4-7 (mins 0-3); the low and high nibbles of bytes
@@ -2801,15 +2820,18 @@ static inline __attribute__((always_inline)) AVX2 __m256i q4k_scales_mins_avx2(c
     return _mm256_cvtepu8_epi16(_mm_or_si128(_mm_or_si128(six_bits, high_nibbles), top_bits));
 }
 
-/* A q4k block's scales, each as int16 in all 16 lanes of scales[j], and its
-   mins as 8 int16. */
+/* A q4k block's scales, scale j in every int32 lane of scales[j] as a
+   ScaledDotFn takes it (in both int16 halves, or with low_halves in the low
+   one), and its mins as 8 int16. */
 static inline __attribute__((always_inline)) AVX2 void q4k_scales_avx2(const uint8_t *packed, __m256i scales[8],
-                                                                       __m128i *mins) {
+                                                                       __m128i *mins, int low_halves) {
     __m256i wide = q4k_scales_mins_avx2(packed);
     *mins = _mm256_extracti128_si256(wide, 1);
     __m256i all = _mm256_permute2x128_si256(wide, wide, 0x00); /* scales 0-7 in both halves */
-    for (int j = 0; j < 8; j++)
-        scales[j] = _mm256_shuffle_epi8(all, _mm256_set1_epi16((short)(2 * j | (2 * j + 1) << 8)));
+    for (int j = 0; j < 8; j++) {
+        int word = 2 * j | (2 * j + 1) << 8; /* the bytes of int16 lane j */
+        scales[j] = _mm256_shuffle_epi8(all, _mm256_set1_epi32(word | (low_halves ? (int)0x80800000 : word << 16)));
+    }
 }
 
 /* The finite fp16 numbers in the low 16 bits of h's lanes, as half_to_float()
@@ -2844,16 +2866,17 @@ static inline __attribute__((always_inline)) AVX2 void store_lanes(float *out, s
 }
 
 /* matvec_q4k() for x86, 8 rows at a time. A pair of sub-blocks is 32 bytes
-   of 4-bit values; vpmaddubsw multiplies them (unsigned, 0-15) by the int8
-   inputs and adds pairs (at most 2 * 15 * 127), vpmaddwd applies the
-   sub-block's scale. Each row's blocks leave 8 partial integer sums in a
+   of 4-bit values; `dot` multiplies them (unsigned, 0-15) by the int8 inputs
+   and applies the sub-block's scale (AVX2: vpmaddubsw and vpmaddwd; VNNI:
+   vpdpbusd and vpdpwssd). Each row's blocks leave 8 partial integer sums in a
    vector, kept per block; then the 8 rows take the 8 lanes of the totals and
    of the floats, each lane combining its row's blocks in the plain kernel's
    order, so the results are its bits, without a sum across a vector per block.
    The inputs' sub-block sums, for the mins, are the same for every row: taken
    once per chunk of blocks. Rows past `end` repeat the last row. */
-static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
-                                 int end) {
+static inline __attribute__((always_inline)) AVX2 void
+matvec_q4k_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end,
+                ScaledDotFn dot, int low_halves) {
     const __m256i low_nibbles = _mm256_set1_epi8(15);
     int blocks = n / Q4K_BLOCK;
     for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
@@ -2872,15 +2895,15 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
                     __m256i acc = _mm256_setzero_si256(), scales[8];
                     __m128i mins;
                     for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
-                    q4k_scales_avx2(block + 4, scales, &mins);
+                    q4k_scales_avx2(block + 4, scales, &mins, low_halves);
                     for (int pair = 0; pair < 4; pair++) {
                         __m256i q = _mm256_loadu_si256((const __m256i *)(block + 16 + 32 * pair));
                         __m256i lo = _mm256_and_si256(q, low_nibbles);
                         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles);
                         __m256i x_lo = _mm256_loadu_si256((const __m256i *)(x + 64 * pair));
                         __m256i x_hi = _mm256_loadu_si256((const __m256i *)(x + 64 * pair + 32));
-                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), scales[2 * pair]));
-                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), scales[2 * pair + 1]));
+                        acc = dot(acc, lo, x_lo, scales[2 * pair]);
+                        acc = dot(acc, hi, x_hi, scales[2 * pair + 1]);
                     }
                     dots[b - c0][r] = acc;
                     min_products[b - c0][r] =
@@ -2900,6 +2923,16 @@ static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, 
             store_lanes(out + first, 1, end - first, val);
         }
     }
+}
+
+static AVX2 void matvec_q4k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                 int end) {
+    matvec_q4k_body(out, xq, xs, w, n, begin, end, scaled_dot_avx2, 0);
+}
+
+static VNNI void matvec_q4k_vnni(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                 int end) {
+    matvec_q4k_body(out, xq, xs, w, n, begin, end, scaled_dot_vnni, 1);
 }
 
 /* out[v] = int32 lane v of rows 0-3, then lane v + 4 of rows 0-3: the
@@ -2959,12 +2992,19 @@ static inline __attribute__((always_inline)) AVX2 void q4k_unpack_avx2(const uin
    4 * 2 * 15 * 127 < 2^15) before one vpmaddwd applies the scales: 10
    multiplies per token and block instead of 16. The mins' products come 8
    tokens at a time from the sums' pairs. */
-static inline __attribute__((always_inline)) AVX2 __m256 q4k_block_tokens_avx2(const Q4kUnpacked *u, const uint8_t *in) {
-    __m256i acc[8], mins = _mm256_setzero_si256();
+static inline __attribute__((always_inline)) AVX2 __m256 q4k_block_sum_avx2(const Q4kUnpacked *u, const uint8_t *in,
+                                                                          const __m256i acc[8]) {
+    __m256i mins = _mm256_setzero_si256();
     for (int pair = 0; pair < 4; pair++) {
         __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS32 + 32 * pair));
         mins = _mm256_add_epi32(mins, _mm256_madd_epi16(sums, u->min_pairs[pair]));
     }
+    __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
+    return _mm256_sub_ps(_mm256_mul_ps(u->d, dots), _mm256_mul_ps(u->dmin, _mm256_cvtepi32_ps(mins)));
+}
+
+static inline __attribute__((always_inline)) AVX2 __m256 q4k_block_tokens_avx2(const Q4kUnpacked *u, const uint8_t *in) {
+    __m256i acc[8];
     for (int k = 0; k < 8; k++) {
         __m256i products[2];
         for (int h = 0; h < 2; h++) {
@@ -2977,8 +3017,29 @@ static inline __attribute__((always_inline)) AVX2 __m256 q4k_block_tokens_avx2(c
         acc[k] = _mm256_add_epi32(_mm256_madd_epi16(products[0], u->scales[0]),
                                   _mm256_madd_epi16(products[1], u->scales[1]));
     }
-    __m256 dots = _mm256_cvtepi32_ps(row_totals_avx2(acc));
-    return _mm256_sub_ps(_mm256_mul_ps(u->d, dots), _mm256_mul_ps(u->dmin, _mm256_cvtepi32_ps(mins)));
+    return q4k_block_sum_avx2(u, in, acc);
+}
+
+/* q4k_block_tokens_avx2() with VNNI: vpdpbusd adds the products of four
+   vectors in each int32 lane (16 products of one sub-block, at most
+   16 * 15 * 128 = 30720, so the sum fits the lane's low int16 half), and
+   vpdpwssd multiplies that half by the scale, 0 by the sign bits above it:
+   8 multiplies and 2 scale steps per token and block where AVX2 has 10 and
+   7 adds. */
+static inline __attribute__((always_inline)) VNNI __m256 q4k_block_tokens_vnni(const Q4kUnpacked *u, const uint8_t *in) {
+    const __m256i low_halves = _mm256_set1_epi32(0xffff);
+    __m256i scales[2] = {_mm256_and_si256(u->scales[0], low_halves), _mm256_and_si256(u->scales[1], low_halves)};
+    __m256i acc[8];
+    for (int k = 0; k < 8; k++) {
+        acc[k] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i sums = _mm256_setzero_si256();
+            for (int v = 4 * h; v < 4 * h + 4; v++)
+                sums = _mm256_dpbusd_epi32(sums, u->q[v], _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * v + k))));
+            acc[k] = _mm256_dpwssd_epi32(acc[k], sums, scales[h]);
+        }
+    }
+    return q4k_block_sum_avx2(u, in, acc);
 }
 
 /* A q6k block's 6-bit values q (0-63) in q[v], v = 4 * half + m holding
@@ -3001,38 +3062,35 @@ static inline __attribute__((always_inline)) AVX2 void q6k_values_avx2(const uin
 }
 
 /* q6k_values_avx2(), and the scales of the two sub-blocks of q[v], 2 v and
-   2 v + 1, as int16 in the low and high 8 lanes of scales[v], the lanes of
-   vpmaddubsw's sums of the low and high 16 values; all 16 scales as int16 in
-   *all_scales. */
+   2 v + 1, in the low and high 4 int32 lanes of scales[v] (the lanes of the
+   low and high 16 values) as a ScaledDotFn takes them (in both int16 halves,
+   or with low_halves in the low one, sign-extended from int8 either way);
+   all 16 scales as int16 in *all_scales. */
 static inline __attribute__((always_inline)) AVX2 void q6k_unpack_avx2(const uint8_t *block, __m256i q[8],
-                                                                       __m256i scales[8], __m256i *all_scales) {
+                                                                       __m256i scales[8], __m256i *all_scales,
+                                                                       int low_halves) {
     q6k_values_avx2(block, q);
     __m128i packed = _mm_loadu_si128((const __m128i *)(block + Q6K_SCALES));
     *all_scales = _mm256_cvtepi8_epi16(packed);
+    long long high_bytes = low_halves ? (long long)0x8000800080008000ULL : 0; /* 0x80: pshufb writes 0 */
     for (int v = 0; v < 8; v++) {
         long long lo = 0x0101010101010101LL * (2 * v), hi = 0x0101010101010101LL * (2 * v + 1);
-        scales[v] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed, _mm_set_epi64x(hi, lo)));
+        if (low_halves) lo = lo & 0x00ff00ff00ff00ffLL, hi = hi & 0x00ff00ff00ff00ffLL;
+        scales[v] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed, _mm_set_epi64x(hi | high_bytes, lo | high_bytes)));
     }
 }
 
-/* acc += the sub-block scales times q . x for 32 values: vpmaddubsw of q
-   (unsigned, 0-63) and the int8 x, each pair sum at most 2 * 63 * 128, then
-   vpmaddwd with the scales. The kernels take the -32 apart, as 32 times the
-   scales times the inputs' sums over each 16 (at most 32 * 256 * 128 * 128 =
-   2^27 per block): sum scale (q - 32) . x = sum scale q . x - 32 sum scale
-   sum x. The integers are exact either way: the totals are the plain kernel's. */
-static inline __attribute__((always_inline)) AVX2 __m256i q6k_madd_avx2(__m256i acc, __m256i q, __m256i scales,
-                                                                         const int8_t *x) {
-    __m256i xv = _mm256_loadu_si256((const __m256i *)x);
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), scales));
-}
-
-/* matvec_q6k() for x86, through q6k_madd_avx2(), 8 rows at a time as in
-   matvec_q4k_avx2(): the rows take the lanes of the totals and of the floats,
-   each combining its blocks as the plain kernel does, so the results are its
-   bits. Rows past `end` repeat the last row. */
-static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
-                                 int end) {
+/* matvec_q6k() for x86, 8 rows at a time as in matvec_q4k_body(): `dot`
+   applies the sub-blocks' scales to q . x, 32 values (q unsigned, 0-63) at a
+   time. The -32 is taken apart, as 32 times the scales times the inputs' sums
+   over each 16 (at most 32 * 256 * 128 * 128 = 2^27 per block): sum scale
+   (q - 32) . x = sum scale q . x - 32 sum scale sum x. The integers are exact
+   either way; the rows take the lanes of the totals and of the floats, each
+   combining its blocks as the plain kernel does, so the results are its bits.
+   Rows past `end` repeat the last row. */
+static inline __attribute__((always_inline)) AVX2 void
+matvec_q6k_body(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end,
+                ScaledDotFn dot, int low_halves) {
     int blocks = n / Q6K_BLOCK;
     for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
         int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
@@ -3048,8 +3106,9 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
                     const int8_t *x = xq + (size_t)Q6K_BLOCK * b;
                     __m256i q[8], scales[8], all_scales, acc = _mm256_setzero_si256();
                     for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
-                    q6k_unpack_avx2(block, q, scales, &all_scales);
-                    for (int v = 0; v < 8; v++) acc = q6k_madd_avx2(acc, q[v], scales[v], x + 32 * v);
+                    q6k_unpack_avx2(block, q, scales, &all_scales, low_halves);
+                    for (int v = 0; v < 8; v++)
+                        acc = dot(acc, q[v], _mm256_loadu_si256((const __m256i *)(x + 32 * v)), scales[v]);
                     __m256i sums = _mm256_loadu_si256((const __m256i *)(x_sums + 16 * (b - c0)));
                     dots[b - c0][r] = _mm256_sub_epi32(acc, _mm256_slli_epi32(_mm256_madd_epi16(all_scales, sums), 5));
                     d_halves[b - c0][r] = block[Q6K_D] | (uint32_t)block[Q6K_D + 1] << 8;
@@ -3064,6 +3123,16 @@ static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, 
             store_lanes(out + first, 1, end - first, val);
         }
     }
+}
+
+static AVX2 void matvec_q6k_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                 int end) {
+    matvec_q6k_body(out, xq, xs, w, n, begin, end, scaled_dot_avx2, 0);
+}
+
+static VNNI void matvec_q6k_vnni(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                 int end) {
+    matvec_q6k_body(out, xq, xs, w, n, begin, end, scaled_dot_vnni, 1);
 }
 
 /* A q6k block unpacked for q6k_block_tokens_avx2(): its 6-bit values in
@@ -3097,12 +3166,19 @@ static inline __attribute__((always_inline)) AVX2 void q6k_unpack_tokens_avx2(co
    to the same sub-blocks are added as int16 (at most 2 * 2 * 63 * 127 < 2^15)
    before vpmaddwd applies the scales: 12 multiplies per token and block
    instead of 16. The -32 comes 8 tokens at a time from the sums' pairs. */
-static inline __attribute__((always_inline)) AVX2 __m256 q6k_block_tokens_avx2(const Q6kUnpacked *u, const uint8_t *in) {
-    __m256i acc[8], offsets = _mm256_setzero_si256();
+static inline __attribute__((always_inline)) AVX2 __m256 q6k_block_sum_avx2(const Q6kUnpacked *u, const uint8_t *in,
+                                                                          const __m256i acc[8]) {
+    __m256i offsets = _mm256_setzero_si256();
     for (int v = 0; v < 8; v++) {
         __m256i sums = _mm256_loadu_si256((const __m256i *)(in + TOKEN_SUMS16 + 32 * v));
         offsets = _mm256_add_epi32(offsets, _mm256_madd_epi16(sums, u->scale_pairs[v]));
     }
+    __m256i totals = _mm256_sub_epi32(row_totals_avx2(acc), _mm256_slli_epi32(offsets, 5));
+    return _mm256_mul_ps(u->d, _mm256_cvtepi32_ps(totals));
+}
+
+static inline __attribute__((always_inline)) AVX2 __m256 q6k_block_tokens_avx2(const Q6kUnpacked *u, const uint8_t *in) {
+    __m256i acc[8];
     for (int k = 0; k < 8; k++) {
         acc[k] = _mm256_setzero_si256();
         for (int v = 0; v < 8; v += 2) {
@@ -3112,9 +3188,30 @@ static inline __attribute__((always_inline)) AVX2 __m256 q6k_block_tokens_avx2(c
             acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(products, u->scales[v / 4]));
         }
     }
-    __m256i totals = _mm256_sub_epi32(row_totals_avx2(acc), _mm256_slli_epi32(offsets, 5));
-    return _mm256_mul_ps(u->d, _mm256_cvtepi32_ps(totals));
+    return q6k_block_sum_avx2(u, in, acc);
 }
+
+/* q6k_block_tokens_avx2() with VNNI: vpdpbusd adds the products of four
+   vectors in each int32 lane (16 products of one sub-block, at most
+   16 * 63 * 128, past int16), and vpmulld applies the scales: 8 multiplies
+   and 2 scale steps per token and block where AVX2 has 12 and 8 adds. */
+static inline __attribute__((always_inline)) VNNI __m256 q6k_block_tokens_vnni(const Q6kUnpacked *u, const uint8_t *in) {
+    __m256i scales[2] = {_mm256_srai_epi32(u->scales[0], 16), _mm256_srai_epi32(u->scales[1], 16)}; /* as int32 */
+    __m256i acc[8];
+    for (int k = 0; k < 8; k++) {
+        acc[k] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i sums = _mm256_setzero_si256();
+            for (int v = 4 * h; v < 4 * h + 4; v++)
+                sums = _mm256_dpbusd_epi32(sums, u->q[v], _mm256_loadu_si256((const __m256i *)(in + 32 * (8 * v + k))));
+            acc[k] = _mm256_add_epi32(acc[k], _mm256_mullo_epi32(sums, scales[h]));
+        }
+    }
+    return q6k_block_sum_avx2(u, in, acc);
+}
+
+typedef __m256 (*Q4kBlockTokensFn)(const Q4kUnpacked *u, const uint8_t *in);
+typedef __m256 (*Q6kBlockTokensFn)(const Q6kUnpacked *u, const uint8_t *in);
 
 /* matvec_q4k_avx2() or matvec_q6k_avx2() for T <= MAX_BATCH tokens at once:
    out[t * out_stride + i] = W[i] . x[t] for rows [begin, end), the tokens'
@@ -3124,7 +3221,7 @@ static inline __attribute__((always_inline)) AVX2 __m256 q6k_block_tokens_avx2(c
    up its blocks in order as the plain kernel does. */
 static inline __attribute__((always_inline)) AVX2 void
 matmul_blocks_tokens_avx2(float *out, size_t out_stride, const void *tokens, const uint8_t *weights, int q6k, int n,
-                          int T, int begin, int end) {
+                          int T, int begin, int end, Q4kBlockTokensFn q4k_block, Q6kBlockTokensFn q6k_block) {
     size_t block_bytes = q6k ? Q6K_BLOCK_BYTES : Q4K_BLOCK_BYTES;
     int blocks = n / 256, groups = (T + 7) / 8;
     for (int tile = begin; tile < end; tile += ROW_TILE) {
@@ -3147,7 +3244,7 @@ matmul_blocks_tokens_avx2(float *out, size_t out_stride, const void *tokens, con
                 const uint8_t *in = (const uint8_t *)tokens + ((size_t)g * blocks + b) * TOKENS_BYTES;
                 __m256 x_scales = _mm256_loadu_ps((const float *)(in + TOKEN_SCALES));
                 for (int r = 0; r < rows; r++) {
-                    __m256 block_sum = q6k ? q6k_block_tokens_avx2(&u[r].q6k, in) : q4k_block_tokens_avx2(&u[r].q4k, in);
+                    __m256 block_sum = q6k ? q6k_block(&u[r].q6k, in) : q4k_block(&u[r].q4k, in);
                     val[g][r] = _mm256_add_ps(val[g][r], _mm256_mul_ps(x_scales, block_sum));
                 }
             }
@@ -3160,12 +3257,26 @@ matmul_blocks_tokens_avx2(float *out, size_t out_stride, const void *tokens, con
 
 static AVX2 void matmul_q4k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
                                         int T, int begin, int end) {
-    matmul_blocks_tokens_avx2(out, out_stride, tokens, w->q4k, 0, n, T, begin, end);
+    matmul_blocks_tokens_avx2(out, out_stride, tokens, w->q4k, 0, n, T, begin, end, q4k_block_tokens_avx2,
+                              q6k_block_tokens_avx2);
 }
 
 static AVX2 void matmul_q6k_tokens_avx2(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
                                         int T, int begin, int end) {
-    matmul_blocks_tokens_avx2(out, out_stride, tokens, w->q6k, 1, n, T, begin, end);
+    matmul_blocks_tokens_avx2(out, out_stride, tokens, w->q6k, 1, n, T, begin, end, q4k_block_tokens_avx2,
+                              q6k_block_tokens_avx2);
+}
+
+static VNNI void matmul_q4k_tokens_vnni(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
+                                        int T, int begin, int end) {
+    matmul_blocks_tokens_avx2(out, out_stride, tokens, w->q4k, 0, n, T, begin, end, q4k_block_tokens_vnni,
+                              q6k_block_tokens_vnni);
+}
+
+static VNNI void matmul_q6k_tokens_vnni(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n,
+                                        int T, int begin, int end) {
+    matmul_blocks_tokens_avx2(out, out_stride, tokens, w->q6k, 1, n, T, begin, end, q4k_block_tokens_vnni,
+                              q6k_block_tokens_vnni);
 }
 
 static AVX2 void pair_avx2(i32x8 *acc, const int16_t *x, int32_t w_pair) {
@@ -4945,12 +5056,12 @@ static const KernelSet avx512_kernels = {
 
 static const KernelSet vnni_kernels = {
     .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
-    .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k_avx2, .matvec_q6k = matvec_q6k_avx2,
+    .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k_vnni, .matvec_q6k = matvec_q6k_vnni,
     .softmax = softmax_avx512, .swiglu = swiglu_avx512,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
-    .matmul_q4k_tokens = matmul_q4k_tokens_avx2, .matmul_q6k_tokens = matmul_q6k_tokens_avx2,
+    .matmul_q4k_tokens = matmul_q4k_tokens_vnni, .matmul_q6k_tokens = matmul_q6k_tokens_vnni,
 };
 #endif
 

@@ -286,6 +286,7 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
     rng = random.Random(25)
     words = ("the a cat dog sat on mat ran far away house tree big small red blue green happy sad day night sun "
              "moon star sky water fire earth wind").split()
+    os.makedirs(CACHE, exist_ok=True)
     path = os.path.join(CACHE, "batch_prompts.jsonl")
     with open(path, "w") as f:
         for _ in range(BATCH_PROMPTS):
