@@ -4707,8 +4707,9 @@ static AVX512 void quantize_avx512(int8_t *q, float *scale, const float *x, int 
 }
 
 /* The batched int8 kernels' input, made once per matmul by prepare_q8_*:
-   the values [n / per_slot][width] in 4-byte slots, then per group and token
-   the scales [groups][width] and (VNNI) the biases [groups][width]. */
+   the values [n / per_slot][width] in 4-byte slots (or, for
+   q8_pairs_layout(), [n / 8][8 tokens] in 8-byte ones), then per group and
+   token the scales [groups][width] and (VNNI) the biases [groups][width]. */
 typedef struct {
     const int32_t *x;
     const float *scale;
@@ -4845,7 +4846,9 @@ q8_pairs_row_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, i
     int groups = n / group_size;
     __m256 val = _mm256_setzero_ps();
     for (int g = 0; g < groups; g++, weights += group_size, x += group_size) {
-        for (int k = (64 - g * group_size % 64) % 64; k < group_size; k += 64) prefetch(weights + k, BLOCK_PREFETCH_BYTES);
+        /* each 64-byte line of the row once, by the group that starts in it */
+        for (int k = (64 - g * group_size % 64) % 64; k < group_size; k += 64)
+            prefetch(weights + k, BLOCK_PREFETCH_BYTES);
         __m512i acc = _mm512_setzero_si512();
         for (int p = 0; p < group_size / 8; p++) {
             int64_t pair;
@@ -4870,6 +4873,7 @@ static VNNI void matmul_q8_pairs_vnni(float *out, size_t out_stride, Q8Tokens in
                                       int group_size, int T, int begin, int end) {
     int width = (T + 15) / 16 * 16;
     for (int row = begin; row < end; row++) {
+        /* the common group size as a constant: the compiler unrolls the group's loop */
         if (group_size == 64) q8_pairs_row_vnni(out, out_stride, in, w, n, 64, width, row, T);
         else q8_pairs_row_vnni(out, out_stride, in, w, n, group_size, width, row, T);
     }
