@@ -4946,11 +4946,11 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
 /* Each target's kernel set                                                   */
 
 /* The kernel set of one target, built from the bodies above with its pieces
-   (transpose8, an 8-lane expf, dot8, pair): V vectors of 8 tokens per batched
+   (transpose8, an 8-lane expf, pair): V vectors of 8 tokens per batched
    block (and 8 * V rows per matvec step), R rows per batched fp32 block and
-   R8 per int8 one; quantize_fn and attention_fn are its quantize and
-   attention_block. */
-#define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, dot8, pair, quantize_fn, attention_fn, q4k_fn, \
+   R8 per int8 one; q8_fn, quantize_fn and attention_fn are its matvec_q8,
+   quantize and attention_block. */
+#define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, q8_fn, pair, quantize_fn, attention_fn, q4k_fn, \
                          q4k_tokens_fn, q6k_fn, q6k_tokens_fn) \
     static TARGET void matvec_##set(float *out, const float *x, const float *w, int n, int begin, int end) { \
         matvec_body(out, x, w, n, begin, end, V, transpose); \
@@ -4958,10 +4958,6 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
     static TARGET void matmul_tokens_##set(float *out, size_t out_stride, float *out_t, const float *x_t, \
                                            const float *w, int n, int T, int begin, int end) { \
         matmul_tokens_body(out, out_stride, out_t, x_t, w, n, T, begin, end, R, V, transpose); \
-    } \
-    static TARGET void matvec_q8_##set(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, \
-                                       int group_size, int begin, int end) { \
-        matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8); \
     } \
     static TARGET void prepare_q8_pairs_##set(void *scratch, const int8_t *xq, const float *xs, int n, \
                                               int group_size, int T, int begin, int end) { \
@@ -4976,7 +4972,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
     static TARGET void swiglu_##set(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, exp8); } \
     static const KernelSet set##_kernels = { \
         .name = #set, .cpu_has = cpu, .matvec = matvec_##set, .quantize = quantize_fn, \
-        .matvec_q8 = matvec_q8_##set, .matvec_q4k = q4k_fn, .matvec_q6k = q6k_fn, .softmax = softmax_##set, \
+        .matvec_q8 = q8_fn, .matvec_q4k = q4k_fn, .matvec_q6k = q6k_fn, .softmax = softmax_##set, \
         .swiglu = swiglu_##set, \
         .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
         .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_pairs_##set, \
@@ -5016,24 +5012,105 @@ static int cpu_has_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                          int begin, int end) {
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_sse);
+}
+
 /* Baseline x86-64 (SSE2): 16 xmm registers, each f32x8 takes two, so 4 rows x
    1 vector of tokens; expf() per lane; Part I's quantize and attention (the
    8-lane ones spill: stories110M int8 prefill 94 against 130 tok/s). */
-KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, dot8_sse, pair_sse, quantize,
+KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, matvec_q8_sse, pair_sse, quantize,
                  attention_block_plain, matvec_q4k_sse, NULL, matvec_q6k_sse, NULL)
+
+/* One step of a row's int8 dot product, 32 bytes: acc's lanes += the sums
+   of w times x, 4 bytes a lane; with AVX2 exactly (vpmaddubsw gets |w| and x
+   with w's sign, as in dot8_avx2()), with VNNI less 128 * sum(x) (vpdpbusd
+   gets w + 128, as in dot8_vnni()). Q8StepFn: how matvec_q8_rows() gets it. */
+typedef __m256i (*Q8StepFn)(__m256i acc, __m256i w, __m256i x);
+
+static inline __attribute__((always_inline)) AVX2 __m256i q8_step_avx2(__m256i acc, __m256i w, __m256i x) {
+    __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+static inline __attribute__((always_inline)) VNNI __m256i q8_step_vnni(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(acc, _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)), x);
+}
+
+/* Groups of a row that matvec_q8_rows() takes at once, keeping each group's
+   partial sums for 8 rows on the stack (32 KB): rows of 8192 values in
+   groups of 64 (the 1.1B shape's widest, 5632, in one go). */
+#define Q8_ROW_GROUPS 128
+
+/* matvec_q8() for group sizes that are a multiple of 32, 8 rows at a time,
+   each read from its start to its end: reading 8 rows side by side, 64 bytes
+   of each in turn (matvec_q8_groups()), went at half the speed on Zen 4
+   (stories110M: 1.6x the tokens per second this way). Each row's groups leave
+   a vector of partial sums each; then the 8 rows take the 8 lanes of each
+   group's totals, and the float sum over groups runs in the plain order.
+   with_bias: `step` adds 128 * sum(x) per group, taken off here. */
+static inline __attribute__((always_inline)) AVX2 void
+matvec_q8_rows(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
+               int end, Q8StepFn step, int with_bias) {
+    int groups = n / group_size, rows_end = begin + (end - begin) / 8 * 8;
+    for (int g0 = 0; g0 < groups; g0 += Q8_ROW_GROUPS) {
+        int g1 = groups - g0 < Q8_ROW_GROUPS ? groups : g0 + Q8_ROW_GROUPS;
+        int32_t bias[Q8_ROW_GROUPS] = {0};
+        for (int g = g0; g < g1 && with_bias; g++)
+            for (int k = 0; k < group_size; k++) bias[g - g0] += 128 * xq[g * group_size + k];
+        for (int i = begin; i < rows_end; i += 8) {
+            __m256i partial[Q8_ROW_GROUPS][8];
+            for (int r = 0; r < 8; r++) {
+                const int8_t *row = w->q + (size_t)(i + r) * n;
+                for (int g = g0; g < g1; g++) {
+                    __m256i acc = _mm256_setzero_si256();
+                    for (int k = g * group_size; k < (g + 1) * group_size; k += 32) {
+                        if (k % 64 == 0) prefetch(row + k, BLOCK_PREFETCH_BYTES);
+                        acc = step(acc, _mm256_loadu_si256((const __m256i *)(row + k)),
+                                   _mm256_loadu_si256((const __m256i *)(xq + k)));
+                    }
+                    partial[g - g0][r] = acc;
+                }
+            }
+            f32x8 val = {0};
+            if (g0) memcpy(&val, out + i, sizeof val); /* the earlier chunks' sums */
+            for (int g = g0; g < g1; g++) {
+                i32x8 ival = (i32x8)_mm256_sub_epi32(row_totals_avx2(partial[g - g0]), _mm256_set1_epi32(bias[g - g0]));
+                f32x8 ws;
+                for (int r = 0; r < 8; r++) ws[r] = w->scale[(size_t)(i + r) * groups + g];
+                val += __builtin_convertvector(ival, f32x8) * ws * xs[g];
+            }
+            memcpy(out + i, &val, sizeof val);
+        }
+    }
+    matvec_q8(out, xq, xs, w, n, group_size, rows_end, end);
+}
+
+/* Rows of 512 bytes or more a row at a time; shorter ones side by side (8
+   of them within 4 KB read as fast that way, with fewer steps: stories15M,
+   288 wide, decoded 30% slower on 2 threads row by row). The common group
+   size as a constant: the compiler unrolls each group's steps. */
+static AVX2 void matvec_q8_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                                int begin, int end) {
+    if (n < 512 || group_size % 32) matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_avx2);
+    else if (group_size == 64) matvec_q8_rows(out, xq, xs, w, n, 64, begin, end, q8_step_avx2, 0);
+    else matvec_q8_rows(out, xq, xs, w, n, group_size, begin, end, q8_step_avx2, 0);
+}
+
+static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                                int begin, int end) {
+    if (n < 512 || group_size % 32) matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_vnni);
+    else if (group_size == 64) matvec_q8_rows(out, xq, xs, w, n, 64, begin, end, q8_step_vnni, 1);
+    else matvec_q8_rows(out, xq, xs, w, n, group_size, begin, end, q8_step_vnni, 1);
+}
 
 /* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
    tokens of sums. */
 QUANTIZE_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2)
-KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, dot8_avx2, pair_avx2, quantize_avx2,
-                 attention_block_avx2, matvec_q4k_avx2, matmul_q4k_tokens_avx2, matvec_q6k_avx2, matmul_q6k_tokens_avx2)
-
-/* The AVX-512 sets decode int8 with the 8-row kernel too: decoding is
-   memory-bound, and 8 rows at a time read memory faster than 16. */
-static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
-                                int begin, int end) {
-    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_vnni);
-}
+KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, matvec_q8_avx2, pair_avx2,
+                 quantize_avx2, attention_block_avx2, matvec_q4k_avx2, matmul_q4k_tokens_avx2, matvec_q6k_avx2,
+                 matmul_q6k_tokens_avx2)
 
 static const KernelSet avx512_kernels = {
     .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
@@ -5057,10 +5134,15 @@ static const KernelSet vnni_kernels = {
 #endif
 
 #if defined(__aarch64__)
+static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
+                           int begin, int end) {
+    matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_neon);
+}
+
 /* NEON: 32 q registers, so 6 rows x 2 vectors of tokens (int8: 4 x 2); expf
    with NEON's fused multiply-add. */
 QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
-KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, dot8_neon, pair_neon, quantize_neon,
+KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, matvec_q8_neon, pair_neon, quantize_neon,
                  attention_block_neon, matvec_q4k_neon, matmul_q4k_tokens_neon, matvec_q6k_neon,
                  matmul_q6k_tokens_neon)
 #endif

@@ -2511,10 +2511,11 @@ static void test_block_tokens_kernels(void) {
 
 static void test_fast_matvec_q8(void) {
     /* group size 32 with an odd number of groups (96, 288) failed on AVX-512 without VNNI; 48 takes the
-       16-byte tail of the 32-byte int8 loops */
+       16-byte tail of the 32-byte int8 loops; rows of 512 and more go a row at a time on x86, and 132 groups of
+       32 are more than those kernels take at once */
     static const int shapes[][3] = {{64, 16, 64}, {256, 35, 64}, {384, 33, 128}, {64, 40, 4}, {48, 17, 16},
                                     {288, 20, 32}, {96, 16, 32}, {32, 16, 32}, {768, 48, 32}, {96, 9, 2}, {120, 19, 8},
-                                    {144, 11, 48}};
+                                    {144, 11, 48}, {640, 19, 64}, {512, 12, 128}, {4224, 9, 32}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int n = shapes[k][0], d = shapes[k][1], gs = shapes[k][2];
         int8_t *wq = malloc((size_t)d * n), *xq = malloc(n);
