@@ -2708,7 +2708,8 @@ typedef void (*PairFn)(i32x8 *acc, const int16_t *x, int32_t w_pair);
    values; wider rows go a chunk at a time. */
 #define BLOCKS_PER_CHUNK 64
 
-/* How far ahead of a q4k or q6k block the decode kernels ask for data: 4 KB,
+/* How far ahead of a q4k or q6k block (or an int8 row's 64 bytes, in
+   matvec_q8_rows()) the decode kernels ask for data: 4 KB,
    past what the hardware prefetcher fetches alone (a timing loop of the q4k
    kernel on 2 threads of Zen 3, weights from memory: 1.3x the bytes per
    second of no prefetch, 1.1x of 2 KB ahead). */
@@ -4950,7 +4951,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
    block (and 8 * V rows per matvec step), R rows per batched fp32 block and
    R8 per int8 one; q8_fn, quantize_fn and attention_fn are its matvec_q8,
    quantize and attention_block. */
-#define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, q8_fn, pair, quantize_fn, attention_fn, q4k_fn, \
+#define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, pair, q8_fn, quantize_fn, attention_fn, q4k_fn, \
                          q4k_tokens_fn, q6k_fn, q6k_tokens_fn) \
     static TARGET void matvec_##set(float *out, const float *x, const float *w, int n, int begin, int end) { \
         matvec_body(out, x, w, n, begin, end, V, transpose); \
@@ -5020,13 +5021,14 @@ static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const M
 /* Baseline x86-64 (SSE2): 16 xmm registers, each f32x8 takes two, so 4 rows x
    1 vector of tokens; expf() per lane; Part I's quantize and attention (the
    8-lane ones spill: stories110M int8 prefill 94 against 130 tok/s). */
-KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, matvec_q8_sse, pair_sse, quantize,
+KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, pair_sse, matvec_q8_sse, quantize,
                  attention_block_plain, matvec_q4k_sse, NULL, matvec_q6k_sse, NULL)
 
 /* One step of a row's int8 dot product, 32 bytes: acc's lanes += the sums
    of w times x, 4 bytes a lane; with AVX2 exactly (vpmaddubsw gets |w| and x
-   with w's sign, as in dot8_avx2()), with VNNI less 128 * sum(x) (vpdpbusd
-   gets w + 128, as in dot8_vnni()). Q8StepFn: how matvec_q8_rows() gets it. */
+   with w's sign, as in dot8_avx2()), with VNNI 128 * sum(x) more (vpdpbusd
+   gets w + 128, as in dot8_vnni()), which the caller takes off. Q8StepFn: how
+   matvec_q8_rows() gets it. */
 typedef __m256i (*Q8StepFn)(__m256i acc, __m256i w, __m256i x);
 
 static inline __attribute__((always_inline)) AVX2 __m256i q8_step_avx2(__m256i acc, __m256i w, __m256i x) {
@@ -5044,12 +5046,13 @@ static inline __attribute__((always_inline)) VNNI __m256i q8_step_vnni(__m256i a
 #define Q8_ROW_GROUPS 128
 
 /* matvec_q8() for group sizes that are a multiple of 32, 8 rows at a time,
-   each read from its start to its end: reading 8 rows side by side, 64 bytes
-   of each in turn (matvec_q8_groups()), went at half the speed on Zen 4
-   (stories110M: 1.6x the tokens per second this way). Each row's groups leave
-   a vector of partial sums each; then the 8 rows take the 8 lanes of each
-   group's totals, and the float sum over groups runs in the plain order.
-   with_bias: `step` adds 128 * sum(x) per group, taken off here. */
+   each read in order, Q8_ROW_GROUPS groups of it at a time: reading 8 rows
+   side by side, 64 bytes of each in turn (matvec_q8_groups()), went at half
+   the speed on Zen 4 (stories110M: 1.6x the tokens per second this way).
+   Each row's groups leave a vector of partial sums each; then the 8 rows take
+   the 8 lanes of each group's totals, and the float sum over groups runs in
+   the plain order. with_bias: `step` adds 128 * sum(x) per group, taken off
+   here. */
 static inline __attribute__((always_inline)) AVX2 void
 matvec_q8_rows(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size, int begin,
                int end, Q8StepFn step, int with_bias) {
@@ -5088,9 +5091,11 @@ matvec_q8_rows(float *out, const int8_t *xq, const float *xs, const Matrix *w, i
 }
 
 /* Rows of 512 bytes or more a row at a time; shorter ones side by side (8
-   of them within 4 KB read as fast that way, with fewer steps: stories15M,
-   288 wide, decoded 30% slower on 2 threads row by row). The common group
-   size as a constant: the compiler unrolls each group's steps. */
+   of them within 4 KB read as fast that way, with fewer steps: stories15M's
+   288-wide matrices decoded 30% slower on 2 threads row by row). The common
+   group size as a constant: the compiler unrolls each group's steps. The
+   AVX-512 sets use these 256-bit kernels too: decoding is bound by memory,
+   and 8 rows at a time read it faster than 16. */
 static AVX2 void matvec_q8_avx2(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int group_size,
                                 int begin, int end) {
     if (n < 512 || group_size % 32) matvec_q8_body(out, xq, xs, w, n, group_size, begin, end, dot8_avx2);
@@ -5108,7 +5113,7 @@ static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, c
 /* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
    tokens of sums. */
 QUANTIZE_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2)
-KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, matvec_q8_avx2, pair_avx2,
+KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, pair_avx2, matvec_q8_avx2,
                  quantize_avx2, attention_block_avx2, matvec_q4k_avx2, matmul_q4k_tokens_avx2, matvec_q6k_avx2,
                  matmul_q6k_tokens_avx2)
 
@@ -5142,7 +5147,7 @@ static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const 
 /* NEON: 32 q registers, so 6 rows x 2 vectors of tokens (int8: 4 x 2); expf
    with NEON's fused multiply-add. */
 QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
-KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, matvec_q8_neon, pair_neon, quantize_neon,
+KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, pair_neon, matvec_q8_neon, quantize_neon,
                  attention_block_neon, matvec_q4k_neon, matmul_q4k_tokens_neon, matvec_q6k_neon,
                  matmul_q6k_tokens_neon)
 #endif

@@ -2511,11 +2511,12 @@ static void test_block_tokens_kernels(void) {
 
 static void test_fast_matvec_q8(void) {
     /* group size 32 with an odd number of groups (96, 288) failed on AVX-512 without VNNI; 48 takes the
-       16-byte tail of the 32-byte int8 loops; rows of 512 and more go a row at a time on x86, and 132 groups of
-       32 are more than those kernels take at once */
+       16-byte tail of the 32-byte int8 loops; rows of 512 and more go a row at a time on avx2, avx512 and vnni,
+       and 130 or more groups are more than those kernels take at once; rows [3, d) check a start inside a block */
     static const int shapes[][3] = {{64, 16, 64}, {256, 35, 64}, {384, 33, 128}, {64, 40, 4}, {48, 17, 16},
                                     {288, 20, 32}, {96, 16, 32}, {32, 16, 32}, {768, 48, 32}, {96, 9, 2}, {120, 19, 8},
-                                    {144, 11, 48}, {640, 19, 64}, {512, 12, 128}, {4224, 9, 32}};
+                                    {144, 11, 48}, {640, 19, 64}, {512, 12, 128}, {4224, 9, 32}, {8320, 9, 64},
+                                    {960, 13, 96}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int n = shapes[k][0], d = shapes[k][1], gs = shapes[k][2];
         int8_t *wq = malloc((size_t)d * n), *xq = malloc(n);
@@ -2528,6 +2529,10 @@ static void test_fast_matvec_q8(void) {
         kernels->matvec_q8(fast, xq, xs, &m, n, gs, 0, d);
         check(memcmp(plain, fast, d * sizeof(float)) == 0, "%s int8 matvec (n %d, d %d, group %d) differs from plain",
               kernels->name, n, d, gs);
+        memset(fast, 0, d * sizeof(float));
+        kernels->matvec_q8(fast, xq, xs, &m, n, gs, 3, d);
+        check(memcmp(plain + 3, fast + 3, (d - 3) * sizeof(float)) == 0,
+              "%s int8 matvec (n %d, rows 3-%d, group %d) differs from plain", kernels->name, n, d, gs);
         free(wq), free(xq), free(ws), free(x), free(xs), free(plain), free(fast);
     }
 }
