@@ -2742,10 +2742,26 @@ add16_avx2(__m256i acc[8], const int8_t *w, size_t n, const int8_t *x) {
     }
 }
 
-/* 32 bytes of each row at a time: vpmaddubsw multiplies unsigned by signed
-   bytes, so it gets |w| and x with w's sign (a pair of products fits its int16:
-   quantize() gives -127..127). The rows' sums stay in registers until one
-   reduction at the end: that, not the multiplies, limits small groups. */
+/* One step of a row's int8 dot product, 32 bytes: acc's lanes += the sums
+   of w times x, 4 bytes a lane. AVX2: exactly, vpmaddubsw (unsigned by signed
+   bytes) getting |w| and x with w's sign (a pair of products fits its int16:
+   quantize() gives -127..127). VNNI: vpdpbusd adds four products at once and
+   gets w + 128, so the lanes hold 128 * sum(x) more, which the caller takes
+   off. Q8StepFn: how matvec_q8_rows() gets it. */
+typedef __m256i (*Q8StepFn)(__m256i acc, __m256i w, __m256i x);
+
+static inline __attribute__((always_inline)) AVX2 __m256i q8_step_avx2(__m256i acc, __m256i w, __m256i x) {
+    __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+static inline __attribute__((always_inline)) VNNI __m256i q8_step_vnni(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(acc, _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)), x);
+}
+
+/* 32 bytes of each row at a time (q8_step_avx2()). The rows' sums stay in
+   registers until one reduction at the end: that, not the multiplies, limits
+   small groups. */
 static inline __attribute__((always_inline)) AVX2 void
 dot8_avx2(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
     __m256i acc[8];
@@ -2753,32 +2769,24 @@ dot8_avx2(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
     int k = 0;
     for (; k + 32 <= len; k += 32) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k));
-        for (int r = 0; r < 8; r++) {
-            __m256i wv = _mm256_loadu_si256((const __m256i *)(w + r * n + k));
-            __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
-            acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-        }
+        for (int r = 0; r < 8; r++) acc[r] = q8_step_avx2(acc[r], _mm256_loadu_si256((const __m256i *)(w + r * n + k)), xv);
     }
     if (k < len) add16_avx2(acc, w + k, n, x + k); /* 16 bytes left */
     *total = (i32x8)row_totals_avx2(acc);
 }
 
-/* dot8_avx2() with VNNI: vpdpbusd multiplies unsigned by signed bytes and adds
-   four products at once; w goes in as w + 128, and 128 * sum(x), the same for
-   every row, is taken off at the end. */
+/* dot8_avx2() with VNNI (q8_step_vnni()): 128 * sum(x), the same for every
+   row, is taken off at the end. */
 static inline __attribute__((always_inline)) VNNI void
 dot8_vnni(i32x8 *total, const int8_t *w, size_t n, const int8_t *x, int len) {
-    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi8(1);
+    const __m256i ones = _mm256_set1_epi8(1);
     __m256i acc[8], x_sum = _mm256_setzero_si256();
     for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_si256();
     int k = 0;
     for (; k + 32 <= len; k += 32) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k));
         x_sum = _mm256_dpbusd_epi32(x_sum, ones, xv);
-        for (int r = 0; r < 8; r++) {
-            __m256i wv = _mm256_loadu_si256((const __m256i *)(w + r * n + k));
-            acc[r] = _mm256_dpbusd_epi32(acc[r], _mm256_xor_si256(wv, flip), xv);
-        }
+        for (int r = 0; r < 8; r++) acc[r] = q8_step_vnni(acc[r], _mm256_loadu_si256((const __m256i *)(w + r * n + k)), xv);
     }
     if (k < len) add16_avx2(acc, w + k, n, x + k); /* 16 bytes left: no bias */
     __m128i bias = _mm_add_epi32(_mm256_castsi256_si128(x_sum), _mm256_extracti128_si256(x_sum, 1));
@@ -5023,22 +5031,6 @@ static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const M
    8-lane ones spill: stories110M int8 prefill 94 against 130 tok/s). */
 KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, pair_sse, matvec_q8_sse, quantize,
                  attention_block_plain, matvec_q4k_sse, NULL, matvec_q6k_sse, NULL)
-
-/* One step of a row's int8 dot product, 32 bytes: acc's lanes += the sums
-   of w times x, 4 bytes a lane; with AVX2 exactly (vpmaddubsw gets |w| and x
-   with w's sign, as in dot8_avx2()), with VNNI 128 * sum(x) more (vpdpbusd
-   gets w + 128, as in dot8_vnni()), which the caller takes off. Q8StepFn: how
-   matvec_q8_rows() gets it. */
-typedef __m256i (*Q8StepFn)(__m256i acc, __m256i w, __m256i x);
-
-static inline __attribute__((always_inline)) AVX2 __m256i q8_step_avx2(__m256i acc, __m256i w, __m256i x) {
-    __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
-
-static inline __attribute__((always_inline)) VNNI __m256i q8_step_vnni(__m256i acc, __m256i w, __m256i x) {
-    return _mm256_dpbusd_epi32(acc, _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)), x);
-}
 
 /* Groups of a row that matvec_q8_rows() takes at once, keeping each group's
    partial sums for 8 rows on the stack (32 KB): rows of 8192 values in
