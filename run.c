@@ -5176,24 +5176,31 @@ static const KernelSet *choose_kernels(const char *cap) {
 /* ------------------------------------------------------------------------- */
 /* Batches: matmul and attention for many tokens, split across the threads    */
 
+/* The rows a batched matmul takes at a time into its thread's out_t: 256 rows
+   of 64 tokens are 64 KB, which stay in the L2 cache. */
+#define OUT_T_ROWS 256
+
 /* forward_batch()'s buffers; the KV cache, RoPE tables and logits are the run state's. */
 typedef struct {
     RunState *s;
     float *x;   /* residual stream [MAX_BATCH][dim] */
     float *xb;  /* normalised x, then attention output [MAX_BATCH][max(dim, q_dim)] */
-    float *xb2; /* projection output [MAX_BATCH][dim] */
-    float *hb;  /* feed-forward gate [MAX_BATCH][hidden_dim] */
-    float *hb2; /* feed-forward up [MAX_BATCH][hidden_dim] */
+    /* A layer's attention (q, k, v, xb2) and its feed-forward (hb, hb2) never
+       hold values at the same time: they share the buffer `halves`. */
+    float *halves;
     float *q;   /* queries [MAX_BATCH][q_dim] */
     float *k;   /* keys [MAX_BATCH][kv_dim], on their way into the cache */
     float *v;   /* values [MAX_BATCH][kv_dim] */
+    float *xb2; /* attention's output projection [MAX_BATCH][dim] */
+    float *hb;  /* feed-forward gate [MAX_BATCH][hidden_dim] */
+    float *hb2; /* feed-forward up [MAX_BATCH][hidden_dim] */
     float *att; /* attention scores, per thread a row for each of 8 queries [n_threads][8][n_pos] */
     float *rows; /* per thread one dequantized cache row [n_threads][head_size] */
     int8_t *xq;      /* int8, q4k and q6k weights: matmul inputs in int8 [MAX_BATCH][widest] */
     float *xq_scale; /* and their scales [MAX_BATCH][widest / smallest_group] */
     float *x_t;         /* a batched fp32 matmul's input, as the kernel set lays it out [widest][MAX_BATCH] */
     void *q8_tokens;    /* the same for int8 (prepare_q8_tokens), q4k and q6k (prepare_block_tokens()) */
-    float *out_t;       /* batched matmuls' outputs before transposing back [rows of all projections][MAX_BATCH] */
+    float *out_t;       /* batched matmuls' outputs before transposing back, per thread [OUT_T_ROWS][MAX_BATCH] */
 } Batch;
 
 /* Batch buffers start on a cache line, so that 64-byte loads of the tokens do
@@ -5205,20 +5212,20 @@ static void *batch_buffer(size_t count, size_t size) {
     return p;
 }
 
-/* classify_all: forward_batch() may be asked for every token's logits, so
-   out_t also has room for the classifier's rows. */
-static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, int classify_all) {
+static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads) {
     size_t widest = widest_input(c);
     size_t head_size = c->head_size, q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
     *b = (Batch){.s = s};
     b->x = batch_buffer(MAX_BATCH * (size_t)c->dim, sizeof(float));
     b->xb = batch_buffer(MAX_BATCH * (q_dim > (size_t)c->dim ? q_dim : (size_t)c->dim), sizeof(float));
-    b->xb2 = batch_buffer(MAX_BATCH * (size_t)c->dim, sizeof(float));
-    b->hb = batch_buffer(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
-    b->hb2 = batch_buffer(MAX_BATCH * (size_t)c->hidden_dim, sizeof(float));
-    b->q = batch_buffer(MAX_BATCH * q_dim, sizeof(float));
-    b->k = batch_buffer(MAX_BATCH * kv_dim, sizeof(float));
-    b->v = batch_buffer(MAX_BATCH * kv_dim, sizeof(float));
+    size_t attention_half = MAX_BATCH * (q_dim + 2 * kv_dim + c->dim), feed_forward_half = MAX_BATCH * 2 * (size_t)c->hidden_dim;
+    b->halves = batch_buffer(attention_half > feed_forward_half ? attention_half : feed_forward_half, sizeof(float));
+    b->q = b->halves;
+    b->k = b->q + MAX_BATCH * q_dim;
+    b->v = b->k + MAX_BATCH * kv_dim;
+    b->xb2 = b->v + MAX_BATCH * kv_dim;
+    b->hb = b->halves;
+    b->hb2 = b->hb + MAX_BATCH * (size_t)c->hidden_dim;
     b->att = batch_buffer((size_t)n_threads * 8 * s->n_pos, sizeof(float));
     b->rows = batch_buffer((size_t)n_threads * head_size, sizeof(float));
     if (c->smallest_group) { /* int8, q4k or q6k matrices */
@@ -5231,16 +5238,11 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads, in
         b->q8_tokens = batch_buffer(MAX_BATCH * (2 * widest + 8 * groups), 1);
     }
     if (c->fp32_matrices) b->x_t = batch_buffer(MAX_BATCH * widest, sizeof(float));
-    size_t qkv_rows = q_dim + 2 * kv_dim, projected_rows = qkv_rows > 2 * (size_t)c->hidden_dim ? qkv_rows : 2 * (size_t)c->hidden_dim;
-    if (projected_rows < (size_t)c->dim) projected_rows = c->dim; /* wo and w2 */
-    size_t rows = classify_all && (size_t)c->vocab_size > projected_rows ? (size_t)c->vocab_size : projected_rows;
-    /* as batch_buffer(), but the classifier's rows are touched only as far as they are used (tokens_to_rows()) */
-    b->out_t = xaligned(MAX_BATCH * rows, sizeof(float), 64);
-    memset(b->out_t, 0, MAX_BATCH * projected_rows * sizeof(float));
+    b->out_t = batch_buffer((size_t)n_threads * OUT_T_ROWS * MAX_BATCH, sizeof(float));
 }
 
 static void free_batch(Batch *b) {
-    free(b->x); free(b->xb); free(b->xb2); free(b->hb); free(b->hb2); free(b->q); free(b->k); free(b->v); free(b->att);
+    free(b->x); free(b->xb); free(b->halves); free(b->att);
     free(b->rows); free(b->xq); free(b->xq_scale); free(b->x_t); free(b->q8_tokens); free(b->out_t);
 }
 
@@ -5275,7 +5277,9 @@ static void quantize_task(void *ctx, int begin, int end, int thread) {
     else if (job->batched && job->proj[0].w->q) kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, gs, job->T, 16 * begin, 16 * end);
 }
 
-/* Rows [begin, end) of one projection; out_t is its own scratch area. */
+/* Rows [begin, end) of one projection. The batched int8 and fp32 kernels see
+   them as a matrix of their own, rows [0, end - begin), so that out_t, the
+   thread's scratch, holds OUT_T_ROWS rows whatever the matrix. */
 static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, int begin, int end) {
     Batch *b = job->b;
     const Matrix *w = proj->w;
@@ -5285,9 +5289,18 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
     } else if (job->batched && w->q6k) {
         kernels->matmul_q6k_tokens(proj->out, d, b->q8_tokens, w, n, T, begin, end);
     } else if (job->batched && w->q) {
-        kernels->matmul_q8_tokens(proj->out, d, out_t, b->q8_tokens, w, n, gs, T, begin, end);
+        for (int row = begin; row < end; row += OUT_T_ROWS) {
+            int rows = end - row < OUT_T_ROWS ? end - row : OUT_T_ROWS;
+            Matrix part = *w;
+            part.q += (size_t)row * n;
+            part.scale += (size_t)row * (n / gs);
+            kernels->matmul_q8_tokens(proj->out + row, d, out_t, b->q8_tokens, &part, n, gs, T, 0, rows);
+        }
     } else if (job->batched) {
-        kernels->matmul_tokens(proj->out, d, out_t, b->x_t, w->f32, n, T, begin, end);
+        for (int row = begin; row < end; row += OUT_T_ROWS) {
+            int rows = end - row < OUT_T_ROWS ? end - row : OUT_T_ROWS;
+            kernels->matmul_tokens(proj->out + row, d, out_t, b->x_t, w->f32 + (size_t)row * n, n, T, 0, rows);
+        }
     } else {
         for (int t = 0; t < T; t++) {
             float *out = proj->out + (size_t)t * d;
@@ -5307,17 +5320,13 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
 /* Units are blocks of 16 rows, numbered through the projections in turn. */
 static void matmul_task(void *ctx, int begin, int end, int thread) {
     MatmulJob *job = ctx;
-    (void)thread;
-    int first = 0;     /* the first unit of projection p */
-    size_t out_t_rows = 0; /* projections of one job use separate rows of out_t */
+    float *out_t = job->b->out_t + (size_t)thread * OUT_T_ROWS * MAX_BATCH;
+    int first = 0; /* the first unit of projection p */
     for (int p = 0; p < job->count && first < end; p++) {
         int blocks = (job->proj[p].d + 15) / 16;
         int lo = begin > first ? begin - first : 0, hi = end - first < blocks ? end - first : blocks;
-        if (lo < hi)
-            project_rows(job, &job->proj[p], job->b->out_t + out_t_rows * MAX_BATCH, 16 * lo,
-                         16 * hi < job->proj[p].d ? 16 * hi : job->proj[p].d);
+        if (lo < hi) project_rows(job, &job->proj[p], out_t, 16 * lo, 16 * hi < job->proj[p].d ? 16 * hi : job->proj[p].d);
         first += blocks;
-        out_t_rows += job->proj[p].d;
     }
 }
 
@@ -5591,9 +5600,8 @@ static void stop_compute(void) {
 }
 
 /* Readies the model for positions 0 .. n_pos - 1, with a KV cache of that
-   type (n_blocks: as init_run_state()), and brings its weights into memory;
-   classify_all: run_tokens() may be asked for every token's logits. */
-static void start_model(Model *m, int n_pos, int n_blocks, CacheType cache, int classify_all) {
+   type (n_blocks: as init_run_state()), and brings its weights into memory. */
+static void start_model(Model *m, int n_pos, int n_blocks, CacheType cache) {
 #ifndef RUN_PLAIN
     /* before the KV cache is allocated: on Linux 6.18 (Firecracker), memory
        written before MADV_POPULATE_READ ran was 30x slower to write again */
@@ -5601,9 +5609,7 @@ static void start_model(Model *m, int n_pos, int n_blocks, CacheType cache, int 
 #endif
     init_run_state(&m->state, &m->ck.config, n_pos, n_blocks, cache);
 #ifndef RUN_PLAIN
-    init_batch(&m->batch, &m->ck.config, &m->state, pool.n_threads, classify_all);
-#else
-    (void)classify_all;
+    init_batch(&m->batch, &m->ck.config, &m->state, pool.n_threads);
 #endif
 }
 
@@ -6195,7 +6201,7 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const O
     int chunk = window - 1;
     int n_windows = n_tokens / chunk + (n_tokens % chunk != 0);
     start_compute((int)o->threads);
-    start_model(m, n_tokens < chunk ? n_tokens : chunk, 0, o->cache, 1);
+    start_model(m, n_tokens < chunk ? n_tokens : chunk, 0, o->cache);
     float *logits = xmalloc((size_t)MAX_BATCH * vocab * sizeof(float));
     int input[MAX_BATCH];
     int show_progress = isatty(STDERR_FILENO);
@@ -6894,7 +6900,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
     double start = seconds_now();
     if (sc.n_waiting > 0) {
         SoftmaxFn fast_softmax = start_compute((int)o->threads);
-        start_model(m, longest, (int)pool_blocks, o->cache, 1);
+        start_model(m, longest, (int)pool_blocks, o->cache);
         init_block_pool(&sc.pool, (int)pool_blocks);
         ProbIndex *probindex = xmalloc(c->vocab_size * sizeof(ProbIndex));
         for (int i = 0; i < sc.n_waiting; i++) {
@@ -7105,7 +7111,7 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
     long long steps = o->steps == 0 || (o->steps > c->seq_len && !o->roll) ? c->seq_len : o->steps;
     int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
     SoftmaxFn fast_softmax = start_compute((int)o->threads);
-    start_model(m, context, 0, o->cache, o->draft || o->lookup);
+    start_model(m, context, 0, o->cache);
     Model draft;
     Decoder d = {.lookup = (int)o->lookup, .max_draft = (int)(o->max_draft ? o->max_draft : o->draft ? 6 : 8)};
     if (o->draft) {
@@ -7113,7 +7119,7 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
         if (draft.ck.config.vocab_size != c->vocab_size)
             fail("%s: the draft's vocabulary is %d tokens, the model's (%s) %d", o->draft, draft.ck.config.vocab_size,
                  o->checkpoint, c->vocab_size);
-        start_model(&draft, context, 0, o->cache, 0);
+        start_model(&draft, context, 0, o->cache);
         d.draft = &draft;
         d.draft_probs = xmalloc((size_t)d.max_draft * c->vocab_size * sizeof(float));
     }

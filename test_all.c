@@ -1139,7 +1139,7 @@ static void test_batched_forward(const char *path, const char *what) {
             RunState many;
             Batch b;
             init_run_state(&many, c, c->seq_len, 0, cache);
-            init_batch(&b, c, &many, 2, 0);
+            init_batch(&b, c, &many, 2);
             int batch_same = memcmp(after_batch, forward_tokens(&ck, &b, tokens, n, 0), c->vocab_size * sizeof(float)) == 0;
             int step_same = memcmp(after_step, forward_tokens(&ck, &b, tokens + n, 1, n), c->vocab_size * sizeof(float)) == 0;
             check(batch_same && step_same && same_cache(&one.key_cache, &many.key_cache, c) && same_cache(&one.value_cache, &many.value_cache, c),
@@ -2577,8 +2577,8 @@ static void test_batched_matmul(void) {
         RunState s;
         Batch b_int8, b_fp32;
         init_run_state(&s, &c, c.seq_len, 0, CACHE_FP32);
-        init_batch(&b_int8, &c, &s, threads, 0);
-        init_batch(&b_fp32, &c_fp32, &s, threads, 0);
+        init_batch(&b_int8, &c, &s, threads);
+        init_batch(&b_fp32, &c_fp32, &s, threads);
         for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++) {
             for (size_t g = 0; g < sizeof shapes / sizeof shapes[0]; g++) {
                 int T = batch[k], n = shapes[g][0], gs = shapes[g][1];
@@ -2644,7 +2644,7 @@ static void test_batched_matmul(void) {
         RunState s;
         Batch batch;
         init_run_state(&s, &big, big.seq_len, 0, CACHE_FP32);
-        init_batch(&batch, &big, &s, 2, 0);
+        init_batch(&batch, &big, &s, 2);
         int same = 1;
         for (int rep = 0; rep < 200 && same; rep++) {
             Projection proj[3] = {{&m2, a, D}, {&m2, small, 16}, {&m2, b, D}};
@@ -3200,7 +3200,7 @@ static void test_qwen_chat(const char *python) {
     Model m;
     open_checkpoint(&m.ck, model_path);
     start_compute(1);
-    start_model(&m, 64, 0, CACHE_FP32, 0);
+    start_model(&m, 64, 0, CACHE_FP32);
     for (int thinking = 1; thinking >= 0; thinking--) {
         Decoder d = {0};
         const int *answer = thinking ? thought : plain;
@@ -3314,9 +3314,9 @@ static void test_speculative_sampling(void) {
     open_checkpoint(&dm.ck, draft_path);
     open_checkpoint(&self.ck, target_path);
     start_compute(1);
-    start_model(&m, 16, 0, CACHE_FP32, 1);
-    start_model(&dm, 16, 0, CACHE_FP32, 0);
-    start_model(&self, 16, 0, CACHE_FP32, 0);
+    start_model(&m, 16, 0, CACHE_FP32);
+    start_model(&dm, 16, 0, CACHE_FP32);
+    start_model(&self, 16, 0, CACHE_FP32);
     int vocab = target.vocab;
     Decoder plain = {0}, speculative = {.draft = &dm, .max_draft = 3}, mirrored = {.draft = &self, .max_draft = 3};
     speculative.logits = malloc(4 * vocab * sizeof(float)), mirrored.logits = malloc(4 * vocab * sizeof(float));
@@ -3374,7 +3374,7 @@ static void test_draft_stops_when_unsure(void) {
     Model dm;
     open_checkpoint(&dm.ck, "demo/draft.bin");
     start_compute(1);
-    start_model(&dm, 256, 0, CACHE_FP32, 0);
+    start_model(&dm, 256, 0, CACHE_FP32);
     int vocab = dm.ck.config.vocab_size;
     RunState replay;
     init_run_state(&replay, &dm.ck.config, 256, 0, CACHE_FP32);
@@ -3610,8 +3610,8 @@ static void test_context_shift(void) {
             Model m, dm;
             open_checkpoint(&m.ck, target_path);
             open_checkpoint(&dm.ck, draft_path);
-            start_model(&m, CONTEXT, 0, (CacheType)cache, 1);
-            start_model(&dm, CONTEXT, 0, (CacheType)cache, 0);
+            start_model(&m, CONTEXT, 0, (CacheType)cache);
+            start_model(&dm, CONTEXT, 0, (CacheType)cache);
             int vocab = target.vocab;
             Decoder plain = {0}, drafted = {.draft = &dm, .max_draft = 3};
             drafted.logits = malloc(4 * vocab * sizeof(float));
