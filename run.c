@@ -3850,9 +3850,8 @@ tokens_block8(float *out_t, const float *x_t, const float *w, int n, int width, 
 
 /* out[t * out_stride + i] = out_t[i * width + t] (width = token_width(T))
    for rows [begin, end) and tokens [0, T): the batched kernels' sums, back to
-   one row per token, by 8x8 transposes. (Rows only as wide as the tokens: the
-   classifier's out_t, vocab_size rows, then takes that much memory, not
-   MAX_BATCH floats a row.) */
+   one row per token, by 8x8 transposes. (Rows only as wide as the tokens: fewer
+   tokens, less scratch to write and read.) */
 static inline __attribute__((always_inline)) void
 tokens_to_rows(float *out, size_t out_stride, const float *out_t, int T, int begin, int end, TransposeFn transpose) {
     int i = begin, width = token_width(T);
