@@ -5287,18 +5287,17 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
         kernels->matmul_q4k_tokens(proj->out, d, b->q8_tokens, w, n, T, begin, end);
     } else if (job->batched && w->q6k) {
         kernels->matmul_q6k_tokens(proj->out, d, b->q8_tokens, w, n, T, begin, end);
-    } else if (job->batched && w->q) {
+    } else if (job->batched) { /* int8 or fp32 */
         for (int row = begin; row < end; row += OUT_T_ROWS) {
             int rows = end - row < OUT_T_ROWS ? end - row : OUT_T_ROWS;
-            Matrix part = *w;
-            part.q += (size_t)row * n;
-            part.scale += (size_t)row * (n / gs);
-            kernels->matmul_q8_tokens(proj->out + row, d, out_t, b->q8_tokens, &part, n, gs, T, 0, rows);
-        }
-    } else if (job->batched) {
-        for (int row = begin; row < end; row += OUT_T_ROWS) {
-            int rows = end - row < OUT_T_ROWS ? end - row : OUT_T_ROWS;
-            kernels->matmul_tokens(proj->out + row, d, out_t, b->x_t, w->f32 + (size_t)row * n, n, T, 0, rows);
+            if (w->q) {
+                Matrix part = *w;
+                part.q += (size_t)row * n;
+                part.scale += (size_t)row * (n / gs);
+                kernels->matmul_q8_tokens(proj->out + row, d, out_t, b->q8_tokens, &part, n, gs, T, 0, rows);
+            } else {
+                kernels->matmul_tokens(proj->out + row, d, out_t, b->x_t, w->f32 + (size_t)row * n, n, T, 0, rows);
+            }
         }
     } else {
         for (int t = 0; t < T; t++) {
