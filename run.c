@@ -5418,6 +5418,31 @@ static int attention_tokens_per_unit(const Config *c) {
     return heads_per_kv >= 8 ? 1 : 8 / heads_per_kv;
 }
 
+/* The most of a unit's keys (and of its values) asked for ahead: enough for
+   the short contexts of batch mode, little of the L2 cache. */
+#define KV_UNIT_PREFETCH_BYTES 65536
+
+/* Asks for the first positions of one layer and KV head of a cache, up to
+   n_pos, to come into the L2 cache: a unit's keys and values lie in blocks
+   pages apart, each too short a run for the hardware prefetcher to find. */
+static void prefetch_kv_head(const KVCache *c, int layer, int kv_head, int n_pos) {
+    size_t row_bytes = c->head_size * (c->f32 ? sizeof(float) : 1);
+    if ((size_t)n_pos * row_bytes > KV_UNIT_PREFETCH_BYTES) n_pos = KV_UNIT_PREFETCH_BYTES / row_bytes;
+    for (int t0 = 0; t0 < n_pos; t0 += c->block_size) {
+        int n = n_pos - t0 < c->block_size ? n_pos - t0 : c->block_size;
+        size_t first = cache_row_number(c, layer, kv_head, t0);
+        if (c->f32) { /* rows n_kv_heads apart */
+            for (int t = 0; t < n; t++)
+                for (int i = 0; i < c->head_size; i += 16)
+                    __builtin_prefetch(c->f32 + (first + (size_t)t * c->n_kv_heads) * c->head_size + i, 0, 2);
+        } else { /* rows together, then their scales */
+            const char *rows = (const char *)(c->q + first * c->head_size), *scales = (const char *)(c->scale + first);
+            for (size_t i = 0; i < (size_t)n * c->head_size; i += 64) __builtin_prefetch(rows + i, 0, 2);
+            for (size_t i = 0; i < n * sizeof(float); i += 64) __builtin_prefetch(scales + i, 0, 2);
+        }
+    }
+}
+
 /* Units are the (block of tokens, KV head) pairs of the batch; each does the
    query heads that share that KV head (grouped-query attention). */
 static void attention_task(void *ctx, int begin, int end, int thread) {
@@ -5427,6 +5452,13 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     RunState *s = b->s;
     int head_size = c->head_size, heads_per_kv = c->n_heads / c->n_kv_heads, q_dim = head_size * c->n_heads;
     for (int unit = begin; unit < end; unit++) {
+        if (unit + 1 < end) { /* the next unit's keys and values, while this one runs */
+            const TokenBlock *next = &job->blocks[(unit + 1) / c->n_kv_heads];
+            const Segment *next_seg = &job->segments[next->segment];
+            int n_pos = next_seg->pos + next->first - next_seg->first + next->n;
+            prefetch_kv_head(next_seg->keys, job->layer, (unit + 1) % c->n_kv_heads, n_pos);
+            prefetch_kv_head(next_seg->values, job->layer, (unit + 1) % c->n_kv_heads, n_pos);
+        }
         const TokenBlock *block = &job->blocks[unit / c->n_kv_heads];
         const Segment *seg = &job->segments[block->segment];
         int kv_head = unit % c->n_kv_heads;
