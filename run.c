@@ -4874,90 +4874,115 @@ q8_pairs_row_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, i
 }
 
 /* vpdpbusd with the int32 at p broadcast to every lane as its memory operand
-   ({1to16}), which costs nothing; the compilers load it with a vpbroadcastd of
-   its own instead, and on Zen 4 a broadcast per vpdpbusd halves their rate. */
+   ({1to16}), which costs nothing. GCC 12 makes _mm512_set1_epi32(*p) a
+   vpbroadcastd of its own (clang 14 folds it), and on Zen 4 a broadcast per
+   vpdpbusd halves their rate. */
 static inline __attribute__((always_inline)) VNNI __m512i dpbusd_broadcast(__m512i acc, __m512i a, const int32_t *p) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*p));
     return acc;
 }
 
-/* Sixteen rows for up to 8 tokens (those past T are zeros), lane l for row +
-   l. Each 64 bytes of the 16 rows, as w + 128, are transposed (as 16 x 16
-   int32s) so that vector k holds every row's k-th 4 bytes, and vpdpbusd takes
-   it against token t's 4 inputs there, broadcast: a shuffle per 2 vpdpbusd
-   rather than q8_pairs_row_vnni()'s broadcast per one. Less 128 * sum(x), each
+/* Sixteen rows for T tokens, lane l for row + l, 8 tokens at a time (the
+   layouts hold zeros up to a multiple of 8). Each 64 bytes of the 16 rows, as
+   w + 128, are transposed (as 16 x 16 int32s) so that vector k holds every
+   row's k-th 4 bytes, and vpdpbusd takes it against a token's 4 inputs there,
+   broadcast: a shuffle per 2 vpdpbusd or fewer, rather than a broadcast per
+   one or two (q8_pairs_row_vnni(), group_dots_vnni()). Less 128 * sum(x), each
    group's sums are exact, and its float steps the plain kernel's. The next 16
    rows' weights are asked for in order, a line per vector k (16 at once
    stall: stories110M's shape at -b 8 ran about 6% slower). */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
-               int row, int T) {
+               int row, int T, int pairs) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int8_t *weights = w->q + (size_t)row * n, *next = weights + (size_t)16 * n;
-    int groups = n / group_size;
-    float val[8][16]; /* in memory: the registers hold the 16 vectors and 8 sums */
+    int groups = n / group_size, n_tokens = (T + 7) / 8 * 8;
+    float val[MAX_BATCH][16];          /* in memory: the registers hold the 16 vectors and 8 sums */
+    int32_t sums[MAX_BATCH][16];       /* groups wider than 64 bytes: the sums so far */
     __m512 scales[16]; /* the 16 rows' weight scales of 16 groups, group g's in scales[g % 16] */
-    __m512i acc[8];
-    for (int t = 0; t < 8; t++) _mm512_storeu_ps(val[t], _mm512_setzero_ps()), acc[t] = _mm512_setzero_si512();
+    for (int t = 0; t < n_tokens; t++) _mm512_storeu_ps(val[t], _mm512_setzero_ps()), memset(sums[t], 0, sizeof sums[t]);
     for (int c = 0; c < n / 64; c++) {
         __m512 v[16];
         for (int l = 0; l < 16; l++)
             v[l] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_loadu_si512(weights + (size_t)l * n + 64 * c), flip));
         transpose16(v);
+        if (64 * c % group_size == 0 && 64 * c / group_size % 16 == 0) {
+            int g = 64 * c / group_size;
+            __mmask16 present = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
+            for (int l = 0; l < 16; l++) scales[l] = _mm512_maskz_loadu_ps(present, w->scale + (size_t)(row + l) * groups + g);
+            transpose16(scales);
+        }
+        for (int t0 = 0; t0 < n_tokens; t0 += 8) {
+            __m512i acc[8];
+            for (int t = 0; t < 8; t++)
+                acc[t] = 64 * c % group_size ? _mm512_loadu_si512(sums[t0 + t]) : _mm512_setzero_si512();
 #pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) {
-            /* the pairs layout: token t's 4 inputs at 64 * c + 4 * k are x[2 * t] */
-            const int32_t *x = in.x + (size_t)(8 * c + k / 2) * 16 + k % 2;
-            __builtin_prefetch(next + (size_t)(16 * c + k) * 64, 0, 2);
+            for (int k = 0; k < 16; k++) {
+                /* token t0 + t's 4 inputs at 64 * c + 4 * k: x[2 * t] (pairs) or x[t] */
+                const int32_t *x = pairs ? in.x + (size_t)(8 * c + k / 2) * 16 + k % 2
+                                         : in.x + (size_t)(16 * c + k) * width + t0;
+                if (t0 == 0) __builtin_prefetch(next + (size_t)(16 * c + k) * 64, 0, 2);
 #pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) acc[t] = dpbusd_broadcast(acc[t], _mm512_castps_si512(v[k]), x + 2 * t);
-            int done = 64 * c + 4 * k + 4;
-            if (done % group_size) continue;
-            int g = done / group_size - 1;
-            if (g % 16 == 0) {
-                __mmask16 present = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
-                for (int l = 0; l < 16; l++)
-                    scales[l] = _mm512_maskz_loadu_ps(present, w->scale + (size_t)(row + l) * groups + g);
-                transpose16(scales);
+                for (int t = 0; t < 8; t++)
+                    acc[t] = dpbusd_broadcast(acc[t], _mm512_castps_si512(v[k]), x + (pairs ? 2 * t : t));
+                int done = 64 * c + 4 * k + 4;
+                if (done % group_size) continue;
+                int g = done / group_size - 1;
+                for (int t = 0; t < 8; t++) {
+                    size_t at = (size_t)g * width + t0 + t;
+                    __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t], _mm512_set1_epi32(in.bias[at])));
+                    __m512 term = _mm512_mul_ps(_mm512_mul_ps(ival, scales[g % 16]), _mm512_set1_ps(in.scale[at]));
+                    _mm512_storeu_ps(val[t0 + t], _mm512_add_ps(_mm512_loadu_ps(val[t0 + t]), term));
+                    acc[t] = _mm512_setzero_si512();
+                }
             }
-            for (int t = 0; t < 8; t++) {
-                size_t at = (size_t)g * width + t;
-                __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t], _mm512_set1_epi32(in.bias[at])));
-                __m512 term = _mm512_mul_ps(_mm512_mul_ps(ival, scales[g % 16]), _mm512_set1_ps(in.scale[at]));
-                _mm512_storeu_ps(val[t], _mm512_add_ps(_mm512_loadu_ps(val[t]), term));
-                acc[t] = _mm512_setzero_si512();
-            }
+            if ((64 * c + 64) % group_size)
+                for (int t = 0; t < 8; t++) _mm512_storeu_si512(sums[t0 + t], acc[t]);
         }
     }
     for (int t = 0; t < T; t++) _mm512_storeu_ps(out + (size_t)t * out_stride + row, _mm512_loadu_ps(val[t]));
 }
 
-/* The batched int8 matmul for up to 8 tokens: 16 rows at a time where the
-   rows are whole 64-byte pieces and groups of 32 or more, the rest a row at a
-   time. Both read the weights in order: a forerunner that read 16 rows side by
-   side, 64 bytes of each in turn, reached half the speed on Zen 4 or less. */
-static VNNI void matmul_q8_pairs_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n,
-                                      int group_size, int T, int begin, int end) {
+/* q8_rows16_vnni() for rows [begin, end) in blocks of 16, where the rows are
+   whole 64-byte pieces and groups of 32 or more; returns the first row left. */
+static inline __attribute__((always_inline)) VNNI int
+q8_blocks16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int T,
+                 int begin, int end, int pairs) {
     int width = (T + 15) / 16 * 16, row = begin;
     if (n % 64 == 0 && group_size % 32 == 0)
         for (; row + 16 <= end; row += 16) {
-            /* the common group size as a constant: the float steps' test folds away */
-            if (group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T);
-            else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T);
+            /* the common group size as a constant: the float steps' tests fold away */
+            if (group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs);
+            else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs);
         }
-    for (; row < end; row++) {
+    return row;
+}
+
+/* The batched int8 matmul for up to 8 tokens: 16 rows at a time where it
+   can, the rest a row at a time. Both read the weights in order: a forerunner
+   that read 16 rows side by side, 64 bytes of each in turn, reached half the
+   speed on Zen 4 or less. */
+static VNNI void matmul_q8_pairs_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n,
+                                      int group_size, int T, int begin, int end) {
+    int width = (T + 15) / 16 * 16;
+    for (int row = q8_blocks16_vnni(out, out_stride, in, w, n, group_size, T, begin, end, 1); row < end; row++) {
         /* the common group size as a constant: the compiler unrolls the group's loop */
         if (group_size == 64) q8_pairs_row_vnni(out, out_stride, in, w, n, 64, width, row, T);
         else q8_pairs_row_vnni(out, out_stride, in, w, n, group_size, width, row, T);
     }
 }
 
-/* Up to 8 tokens a row at a time; more, one token per lane. */
+/* 16 rows at a time where it can; the rest, up to 8 tokens a row at a time,
+   more with one token per lane. */
 static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
                                        const Matrix *w, int n, int group_size, int T, int begin, int end) {
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
-    if (q8_pairs_layout(T, group_size)) matmul_q8_pairs_vnni(out, out_stride, in, w, n, group_size, T, begin, end);
-    else matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_vnni);
+    if (q8_pairs_layout(T, group_size)) {
+        matmul_q8_pairs_vnni(out, out_stride, in, w, n, group_size, T, begin, end);
+        return;
+    }
+    int row = q8_blocks16_vnni(out, out_stride, in, w, n, group_size, T, begin, end, 0);
+    if (row < end) matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, row, end, group_dots_vnni);
 }
 
 static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float *out_t, const void *scratch,
@@ -4975,15 +5000,20 @@ static AVX512 void prepare_q8_vnni(void *scratch, const int8_t *xq, const float 
     int width = (T + 15) / 16 * 16, groups = n / group_size, rows = (end < T ? end : T) - begin;
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
     int32_t *bias = (int32_t *)in.bias;
-    if (q8_pairs_layout(T, group_size)) {
+    int pairs = q8_pairs_layout(T, group_size);
+    if (pairs)
         for (int t = begin; t < begin + rows; t++)
             for (int j = 0; j < n; j += 8) memcpy((int8_t *)in.x + (size_t)j * 8 + 8 * t, xq + (size_t)t * n + j, 8);
-        for (int t = T; t < 8; t++) /* zeros, which q8_rows16_vnni() takes as tokens */
-            for (int j = 0; j < n; j += 8) memset((int8_t *)in.x + (size_t)j * 8 + 8 * t, 0, 8);
-        for (int t = T; t < 8; t++)
-            for (int g = 0; g < groups; g++) bias[(size_t)g * width + t] = 0, ((float *)in.scale)[(size_t)g * width + t] = 0;
-    } else
+    else
         transpose_tiles((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
+    /* zeros up to a multiple of 8 tokens, which q8_rows16_vnni() takes as tokens */
+    for (int t = T > begin ? T : begin; t < (T + 7) / 8 * 8 && t < end; t++) {
+        if (pairs)
+            for (int j = 0; j < n; j += 8) memset((int8_t *)in.x + (size_t)j * 8 + 8 * t, 0, 8);
+        else
+            for (int j = 0; j < n / 4; j++) ((int32_t *)in.x)[(size_t)j * width + t] = 0;
+        for (int g = 0; g < groups; g++) bias[(size_t)g * width + t] = 0, ((float *)in.scale)[(size_t)g * width + t] = 0;
+    }
     transpose_tiles((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
     for (int t = begin; t < begin + rows; t++)
         for (int g = 0; g < groups; g++) {
