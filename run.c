@@ -4895,7 +4895,8 @@ static inline __attribute__((always_inline)) VNNI void
 q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                int row, int T, int pairs) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const int8_t *weights = w->q + (size_t)row * n, *next = weights + (size_t)16 * n;
+    const int8_t *weights = w->q + (size_t)row * n;
+    uintptr_t next = (uintptr_t)weights + (size_t)16 * n; /* an address only: past the last block, no row */
     int groups = n / group_size, n_tokens = (T + 7) / 8 * 8;
     float val[MAX_BATCH][16];          /* in memory: the registers hold the 16 vectors and 8 sums */
     int32_t sums[MAX_BATCH][16];       /* groups wider than 64 bytes: the sums so far */
@@ -4921,7 +4922,7 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
                 /* token t0 + t's 4 inputs at 64 * c + 4 * k: x[2 * t] (pairs) or x[t] */
                 const int32_t *x = pairs ? in.x + (size_t)(8 * c + k / 2) * 16 + k % 2
                                          : in.x + (size_t)(16 * c + k) * width + t0;
-                if (t0 == 0) __builtin_prefetch(next + (size_t)(16 * c + k) * 64, 0, 2);
+                if (t0 == 0) __builtin_prefetch((const void *)(next + (size_t)(16 * c + k) * 64), 0, 2);
 #pragma GCC unroll 8
                 for (int t = 0; t < 8; t++)
                     acc[t] = dpbusd_broadcast(acc[t], _mm512_castps_si512(v[k]), x + (pairs ? 2 * t : t));
@@ -5534,10 +5535,13 @@ static void prefetch_kv_head(const KVCache *c, int layer, int kv_head, int n_pos
             for (int t = 0; t < n; t++)
                 for (int i = 0; i < c->head_size; i += 16)
                     __builtin_prefetch(c->f32 + (first + (size_t)t * c->n_kv_heads) * c->head_size + i, 0, 2);
-        } else { /* rows together, then their scales */
-            const char *rows = (const char *)(c->q + first * c->head_size), *scales = (const char *)(c->scale + first);
-            for (size_t i = 0; i < (size_t)n * c->head_size; i += 64) __builtin_prefetch(rows + i, 0, 2);
-            for (size_t i = 0; i < n * sizeof(float); i += 64) __builtin_prefetch(scales + i, 0, 2);
+        } else { /* rows together, then their scales: each line that either run touches */
+            const int8_t *rows = c->q + first * c->head_size;
+            const float *scales = c->scale + first;
+            for (uintptr_t a = (uintptr_t)rows & ~(uintptr_t)63; a < (uintptr_t)(rows + (size_t)n * c->head_size); a += 64)
+                __builtin_prefetch((const void *)a, 0, 2);
+            for (uintptr_t a = (uintptr_t)scales & ~(uintptr_t)63; a < (uintptr_t)(scales + n); a += 64)
+                __builtin_prefetch((const void *)a, 0, 2);
         }
     }
 }
