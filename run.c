@@ -2409,12 +2409,18 @@ static void few_tokens_plain(float *out, size_t out_stride, const float *x_t, in
 #define KV_TILE_FLOATS 4096
 #define KV_PREFETCH_ROWS 16
 
-/* The positions of the tile that starts at t0, of n_keys: up to the end of
-   its block (a block's rows lie together), and for int8 at most a multiple of
-   16 when 16 rows fit (heads up to KV_TILE_FLOATS wide). */
-static inline int kv_tile_length(const KVCache *c, int t0, int n_keys) {
+/* The positions from t0 of n_keys up to the end of its block: a block's rows
+   lie together. */
+static inline int kv_run_length(const KVCache *c, int t0, int n_keys) {
     int n = n_keys - t0, to_block_end = c->block_size - t0 % c->block_size;
-    if (n > to_block_end) n = to_block_end;
+    return n < to_block_end ? n : to_block_end;
+}
+
+/* The positions of the tile that starts at t0, of n_keys: its run in the
+   block, and for int8 at most a multiple of 16 when 16 rows fit (heads up to
+   KV_TILE_FLOATS wide). */
+static inline int kv_tile_length(const KVCache *c, int t0, int n_keys) {
+    int n = kv_run_length(c, t0, n_keys);
     if (c->f32) return n;
     int per_tile = KV_TILE_FLOATS / c->head_size;
     if (per_tile >= 16) per_tile = per_tile / 16 * 16;
@@ -4299,6 +4305,12 @@ typedef void (*ScoresFn)(float *att, size_t att_stride, const float *const *quer
 typedef void (*SoftmaxRowsFn)(float *att, size_t att_stride, const int *last, int count);
 typedef void (*ValuesFn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
                          const float *rows, size_t stride, int head_size, int t0, int t_end);
+/* The same two steps straight from an int8 cache's rows (consecutive, one
+   scale each), where a kernel set has them: no dequantized tile between. */
+typedef void (*ScoresQ8Fn)(float *att, size_t att_stride, const float *const *query, int count, const int8_t *keys,
+                           const float *scales, int n_keys, int head_size);
+typedef void (*ValuesQ8Fn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
+                           const int8_t *rows, const float *scales, int head_size, int t0, int t_end);
 
 /* attention_head() for the n_heads query heads of n_tokens consecutive tokens
    that share KV head kv_head, `group` queries (at most 8) at a time: each tile
@@ -4308,7 +4320,8 @@ static inline __attribute__((always_inline)) void
 attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                      const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
                      int n_heads, int group, int head_step, int max_head_size, ScoresFn scores,
-                     SoftmaxRowsFn softmax_rows, ValuesFn weighted_values) {
+                     SoftmaxRowsFn softmax_rows, ValuesFn weighted_values, ScoresQ8Fn scores_q8,
+                     ValuesQ8Fn weighted_values_q8) {
     int head_size = keys->head_size;
     if (head_size % head_step || head_size > max_head_size) {
         attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads);
@@ -4328,8 +4341,15 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         }
         for (int k = count; k < group; k++) query[k] = query[count - 1];
         /* scores up to the latest position any of them sees */
-        int n_keys = last[count - 1] + 1;
+        int n_keys = last[count - 1] + 1, direct_q8 = !keys->f32 && scores_q8;
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
+            if (direct_q8) { /* a block's rows at a time */
+                n = kv_run_length(keys, t0, n_keys);
+                size_t first_row = cache_row_number(keys, layer, kv_head, t0);
+                scores_q8(att + t0, att_stride, query, count, keys->q + first_row * head_size, keys->scale + first_row,
+                          n, head_size);
+                continue;
+            }
             n = kv_tile_length(keys, t0, n_keys);
             size_t stride;
             const float *rows = kv_tile(keys, layer, kv_head, t0, n, tile, &stride);
@@ -4339,6 +4359,13 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
             for (int t = 0; t <= last[k]; t++) att[k * att_stride + t] /= divisor;
         softmax_rows(att, att_stride, last, count);
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
+            if (direct_q8) {
+                n = kv_run_length(values, t0, n_keys);
+                size_t first_row = cache_row_number(values, layer, kv_head, t0);
+                weighted_values_q8(query_out, att, att_stride, last, count, values->q + first_row * head_size,
+                                   values->scale + first_row, head_size, t0, t0 + n);
+                continue;
+            }
             n = kv_tile_length(values, t0, n_keys);
             size_t stride;
             const float *rows = kv_tile(values, layer, kv_head, t0, n, tile, &stride);
@@ -4583,12 +4610,146 @@ static AVX512 void weighted_values_avx512(float *const *out, const float *att, s
     }
 }
 
+/* Bytes [j, j + 64) (or up to head_size) of 16 int8 rows of head_size bytes,
+   rows from n_rows on as zeros, transposed as 4-byte columns: columns[c]
+   holds bytes 4c .. 4c + 3 of row k in lane k. */
+static inline __attribute__((always_inline)) AVX512 void
+q8_columns(__m512 columns[16], const int8_t *rows, int head_size, int j, int n_rows, int prefetch_next) {
+    int words = head_size - j < 64 ? (head_size - j) / 4 : 16;
+    for (int k = 0; k < 16; k++) {
+        const int8_t *p = rows + (size_t)k * head_size + j;
+        if (prefetch_next) prefetch(p, 16 * (size_t)head_size);
+        columns[k] = k >= n_rows    ? _mm512_setzero_ps()
+                     : words == 16 ? _mm512_loadu_ps(p)
+                                   : _mm512_maskz_loadu_ps((__mmask16)((1u << words) - 1), p);
+    }
+    transpose16(columns);
+}
+
+/* Byte b of each lane of a column, widened, converted and scaled: one
+   dimension of 16 keys exactly as cache_row() makes it. */
+static inline __attribute__((always_inline)) AVX512 __m512 q8_column_values(__m512 column, int b, __m512 scale) {
+    __m512i bytes = _mm512_srai_epi32(_mm512_slli_epi32(_mm512_castps_si512(column), 24 - 8 * b), 24);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(bytes), scale);
+}
+
+/* scores_avx512 from int8 rows of head_size bytes and their scales, keys
+   t0 .. t0 + 16 B - 1 (of them the first n_rows, below 16 when B is 1): each
+   16 rows' 64-byte pieces transposed (q8_columns()); B * Q chains of adds. */
+static inline __attribute__((always_inline)) AVX512 void
+scores_q8_keys(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
+               int t0, int n_rows, int head_size, int B, int prefetch_next) {
+    const int8_t *block0 = keys + (size_t)t0 * head_size, *block1 = block0 + 16 * (size_t)head_size;
+    __mmask16 rows_mask = n_rows >= 16 ? 0xffff : (__mmask16)((1u << n_rows) - 1);
+    __m512 scale0 = _mm512_maskz_loadu_ps(rows_mask, scales + t0), scale1 = scale0, acc0[8], acc1[8];
+    if (B == 2) scale1 = _mm512_loadu_ps(scales + t0 + 16);
+    for (int h = 0; h < Q; h++) acc0[h] = acc1[h] = _mm512_setzero_ps();
+    for (int j = 0; j < head_size; j += 64) {
+        int words = head_size - j < 64 ? (head_size - j) / 4 : 16;
+        __m512 columns0[16], columns1[16];
+        q8_columns(columns0, block0, head_size, j, n_rows, prefetch_next);
+        if (B == 2) q8_columns(columns1, block1, head_size, j, 16, prefetch_next);
+        for (int c = 0; c < words; c++)
+            for (int b = 0; b < 4; b++) {
+                __m512 key0 = q8_column_values(columns0[c], b, scale0), key1 = key0;
+                if (B == 2) key1 = q8_column_values(columns1[c], b, scale1);
+                for (int h = 0; h < Q; h++) {
+                    __m512 qv = _mm512_set1_ps(q[h][j + 4 * c + b]);
+                    acc0[h] = _mm512_add_ps(acc0[h], _mm512_mul_ps(key0, qv));
+                    if (B == 2) acc1[h] = _mm512_add_ps(acc1[h], _mm512_mul_ps(key1, qv));
+                }
+            }
+    }
+    for (int h = 0; h < Q; h++) {
+        _mm512_mask_storeu_ps(att + h * att_stride + t0, rows_mask, acc0[h]);
+        if (B == 2) _mm512_storeu_ps(att + h * att_stride + t0 + 16, acc1[h]);
+    }
+}
+
+/* The scores of n_keys int8 keys: 32 at a time for one or two queries (whose
+   chains of adds are few), else 16; the last few as a block of 16 with rows
+   missing. */
+static inline __attribute__((always_inline)) AVX512 void
+scores_q8_avx512(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
+                 int n_keys, int head_size) {
+    int t = 0;
+    if (Q <= 2)
+        for (; t + 32 <= n_keys; t += 32)
+            scores_q8_keys(att, att_stride, q, Q, keys, scales, t, 16, head_size, 2, t + 64 <= n_keys);
+    for (; t + 16 <= n_keys; t += 16)
+        scores_q8_keys(att, att_stride, q, Q, keys, scales, t, 16, head_size, 1, t + 32 <= n_keys);
+    if (t < n_keys) scores_q8_keys(att, att_stride, q, Q, keys, scales, t, n_keys - t, head_size, 1, 0);
+}
+
+static AVX512 void scores_group_q8_avx512(float *att, size_t att_stride, const float *const *query, int count,
+                                          const int8_t *keys, const float *scales, int n_keys, int head_size) {
+    switch (count) {
+    case 1: scores_q8_avx512(att, att_stride, query, 1, keys, scales, n_keys, head_size); break;
+    case 2: scores_q8_avx512(att, att_stride, query, 2, keys, scales, n_keys, head_size); break;
+    case 3: case 4: scores_q8_avx512(att, att_stride, query, 4, keys, scales, n_keys, head_size); break;
+    default: scores_q8_avx512(att, att_stride, query, 8, keys, scales, n_keys, head_size); break;
+    }
+}
+
+/* weighted_values_group from int8 rows: each row's 16 values widened,
+   converted and scaled as cache_row() does, then weighted as there. */
+static inline __attribute__((always_inline)) AVX512 void
+weighted_values_q8_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
+                         const int8_t *rows, const float *scales, int V, int t0, int t_end) {
+    __m512 acc[4][8];
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) acc[g][v] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out[g] + 16 * v);
+    for (int t = t0; t < t_end && t <= last[G - 1]; t++) {
+        const int8_t *row = rows + (size_t)(t - t0) * 16 * V;
+        prefetch(row, 16 * 16 * (size_t)V);
+        __m512 scale = _mm512_set1_ps(scales[t - t0]);
+        for (int v = 0; v < V; v++) {
+            __m512 value = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * v)))), scale);
+            for (int g = 0; g < G; g++)
+                if (t <= last[g])
+                    acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
+}
+
+static inline __attribute__((always_inline)) AVX512 void
+weighted_values_q8(float *const *out, const float *att, size_t att_stride, const int *last, int n_q,
+                   const int8_t *rows, const float *scales, int V, int t0, int t_end) {
+    int k = 0;
+    if (V <= 4)
+        for (; k + 4 <= n_q; k += 4)
+            weighted_values_q8_group(out + k, att + k * att_stride, att_stride, last + k, 4, rows, scales, V, t0, t_end);
+    for (; k + 2 <= n_q; k += 2)
+        weighted_values_q8_group(out + k, att + k * att_stride, att_stride, last + k, 2, rows, scales, V, t0, t_end);
+    for (; k < n_q; k++)
+        weighted_values_q8_group(out + k, att + k * att_stride, att_stride, last + k, 1, rows, scales, V, t0, t_end);
+}
+
+static AVX512 void weighted_values_q8_avx512(float *const *out, const float *att, size_t att_stride, const int *last,
+                                             int n_q, const int8_t *rows, const float *scales, int head_size, int t0,
+                                             int t_end) {
+    switch (head_size / 16) {
+    case 1: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 1, t0, t_end); break;
+    case 2: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 2, t0, t_end); break;
+    case 3: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 3, t0, t_end); break;
+    case 4: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 4, t0, t_end); break;
+    case 5: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 5, t0, t_end); break;
+    case 6: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 6, t0, t_end); break;
+    case 7: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 7, t0, t_end); break;
+    default: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 8, t0, t_end); break;
+    }
+}
+
 /* The attention driver, 8 queries at a time, for head sizes 16, 32, ... 128. */
 static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos,
                                           const KVCache *keys, const KVCache *values, int layer, int kv_head,
                                           float *att, size_t att_stride, float *row, int n_heads) {
     attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads, 8,
-                         16, 128, scores_group_avx512, softmax_rows_avx512, weighted_values_avx512);
+                         16, 128, scores_group_avx512, softmax_rows_avx512, weighted_values_avx512,
+                         scores_group_q8_avx512, weighted_values_q8_avx512);
 }
 
 /* Batched matvec with one token per lane: out_t[i][t] = W[i] . x[t], where the
@@ -5111,7 +5272,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
                                              float *att, size_t att_stride, float *row, int n_heads) { \
         attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, \
                              n_heads, 4, 1, KV_TILE_FLOATS, scores_##set, softmax_rows_##set, \
-                             weighted_values_##set); \
+                             weighted_values_##set, NULL, NULL); \
     }
 
 #if defined(__x86_64__)
