@@ -2500,6 +2500,7 @@ typedef float f32x4 __attribute__((vector_size(16)));
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef int32_t i32x4 __attribute__((vector_size(16)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
 typedef int8_t i8x8 __attribute__((vector_size(8)));
 typedef int8_t i8x16 __attribute__((vector_size(16)));
 typedef int16_t i16x16 __attribute__((vector_size(32)));
@@ -4256,6 +4257,85 @@ weighted_values_body(float *const *out, const float *const *a, const int *n_keys
         }
 }
 
+/* Bytes [j, j + 32) (or up to head_size) of 8 int8 rows of head_size bytes,
+   rows from n_rows on as zeros, transposed as 4-byte columns by the set's
+   float transpose (which copies bits as they are, 4-byte aligned here):
+   col[c] holds bytes 4c .. 4c + 3 of row k in lane k. */
+static inline __attribute__((always_inline)) void q8_columns8(f32x8 col[8], const int8_t *rows, int head_size, int j,
+                                                              int n_rows, TransposeFn transpose) {
+    if (n_rows == 8 && head_size - j >= 32) {
+        transpose(col, (const float *)(const void *)(rows + j), head_size / 4);
+        return;
+    }
+    float buf[8][8] = {{0}}; /* the last few keys, or a head's last bytes */
+    for (int k = 0; k < n_rows; k++)
+        memcpy(buf[k], rows + (size_t)k * head_size + j, head_size - j < 32 ? head_size - j : 32);
+    transpose(col, buf[0], 8);
+}
+
+/* Byte b of each lane of a column, widened, converted and scaled: one
+   dimension of 8 keys exactly as cache_row() makes it. */
+static inline __attribute__((always_inline)) void q8_column_values8(f32x8 *key, const f32x8 *column, int b,
+                                                                   const f32x8 *scale) {
+    u32x8 bits = (u32x8)*column;
+    i32x8 value = (i32x8)(bits << (24 - 8 * b)) >> 24;
+    *key = __builtin_convertvector(value, f32x8) * *scale;
+}
+
+/* scores_keys() from int8 rows of head_size bytes (a multiple of 4) and
+   their scales: keys t0 .. t0 + 8 B - 1, of them the first n_rows (below 8
+   only when B is 1). */
+static inline __attribute__((always_inline)) void
+scores_q8_keys8(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
+               int t0, int n_rows, int head_size, int B, TransposeFn transpose) {
+    const int8_t *block0 = keys + (size_t)t0 * head_size, *block1 = block0 + 8 * (size_t)head_size;
+    f32x8 acc0[4], acc1[4], scale0 = {0}, scale1 = {0};
+    memcpy(&scale0, scales + t0, n_rows * sizeof(float));
+    if (B == 2) memcpy(&scale1, scales + t0 + 8, sizeof scale1);
+    for (int h = 0; h < Q; h++) acc0[h] = acc1[h] = (f32x8){0};
+    for (int j = 0; j < head_size; j += 32) {
+        int words = head_size - j < 32 ? (head_size - j) / 4 : 8;
+        f32x8 col0[8], col1[8];
+        q8_columns8(col0, block0, head_size, j, n_rows, transpose);
+        if (B == 2) q8_columns8(col1, block1, head_size, j, 8, transpose);
+        for (int c = 0; c < words; c++)
+            for (int b = 0; b < 4; b++) {
+                f32x8 key0, key1;
+                q8_column_values8(&key0, &col0[c], b, &scale0);
+                if (B == 2) q8_column_values8(&key1, &col1[c], b, &scale1);
+                for (int h = 0; h < Q; h++) {
+                    acc0[h] += key0 * q[h][j + 4 * c + b];
+                    if (B == 2) acc1[h] += key1 * q[h][j + 4 * c + b];
+                }
+            }
+    }
+    for (int h = 0; h < Q; h++) {
+        memcpy(att + h * att_stride + t0, &acc0[h], n_rows * sizeof(float));
+        if (B == 2) memcpy(att + h * att_stride + t0 + 8, &acc1[h], sizeof(f32x8));
+    }
+}
+
+/* The scores of n_keys int8 keys for up to 4 queries: 16 at a time, then 8,
+   then the last few as a block of 8 with rows missing. */
+static inline __attribute__((always_inline)) void
+scores_q8_body8(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
+               int n_keys, int head_size, TransposeFn transpose) {
+    int t = 0;
+    for (; t + 16 <= n_keys; t += 16) scores_q8_keys8(att, att_stride, q, Q, keys, scales, t, 8, head_size, 2, transpose);
+    for (; t + 8 <= n_keys; t += 8) scores_q8_keys8(att, att_stride, q, Q, keys, scales, t, 8, head_size, 1, transpose);
+    if (t < n_keys) scores_q8_keys8(att, att_stride, q, Q, keys, scales, t, n_keys - t, head_size, 1, transpose);
+}
+
+static inline __attribute__((always_inline)) void
+scores_q8_group_body(float *att, size_t att_stride, const float *const *query, int count, const int8_t *keys,
+                     const float *scales, int n_keys, int head_size, TransposeFn transpose) {
+    switch (count) {
+    case 1: scores_q8_body8(att, att_stride, query, 1, keys, scales, n_keys, head_size, transpose); break;
+    case 2: scores_q8_body8(att, att_stride, query, 2, keys, scales, n_keys, head_size, transpose); break;
+    default: scores_q8_body8(att, att_stride, query, 4, keys, scales, n_keys, head_size, transpose); break;
+    }
+}
+
 /* scores_body for `count` queries (query[] padded to 4 with copies of the
    last): 1, 2 or 4 as constants, which keep the sums in registers. */
 static inline __attribute__((always_inline)) void
@@ -4305,8 +4385,9 @@ typedef void (*ScoresFn)(float *att, size_t att_stride, const float *const *quer
 typedef void (*SoftmaxRowsFn)(float *att, size_t att_stride, const int *last, int count);
 typedef void (*ValuesFn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
                          const float *rows, size_t stride, int head_size, int t0, int t_end);
-/* The same two steps straight from an int8 cache's rows (consecutive, one
-   scale each), where a kernel set has them: no dequantized tile between. */
+/* The scores, and the weighted values, straight from an int8 cache's rows
+   (consecutive, one scale each), where a kernel set has them (NULL where a
+   tile dequantized first is faster: the 8-lane sets' values). */
 typedef void (*ScoresQ8Fn)(float *att, size_t att_stride, const float *const *query, int count, const int8_t *keys,
                            const float *scales, int n_keys, int head_size);
 typedef void (*ValuesQ8Fn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
@@ -4314,8 +4395,9 @@ typedef void (*ValuesQ8Fn)(float *const *out, const float *att, size_t att_strid
 
 /* attention_head() for the n_heads query heads of n_tokens consecutive tokens
    that share KV head kv_head, `group` queries (at most 8) at a time: each tile
-   of keys, then of values (kv_tile()), is read once for the group. Head sizes
-   not a multiple of head_step, or above max_head_size, go to Part I's loop. */
+   of keys, then of values (kv_tile()), is read once for the group; or, from
+   the int8 cache, each block's run of rows as they are. Head sizes not a
+   multiple of head_step, or above max_head_size, go to Part I's loop. */
 static inline __attribute__((always_inline)) void
 attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                      const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
@@ -4341,9 +4423,10 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         }
         for (int k = count; k < group; k++) query[k] = query[count - 1];
         /* scores up to the latest position any of them sees */
-        int n_keys = last[count - 1] + 1, direct_q8 = !keys->f32 && scores_q8;
+        int n_keys = last[count - 1] + 1, direct_keys = !keys->f32 && scores_q8 && head_size % 4 == 0;
+        int direct_values = !values->f32 && weighted_values_q8;
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
-            if (direct_q8) { /* a block's rows at a time */
+            if (direct_keys) { /* a block's rows at a time */
                 n = kv_run_length(keys, t0, n_keys);
                 size_t first_row = cache_row_number(keys, layer, kv_head, t0);
                 scores_q8(att + t0, att_stride, query, count, keys->q + first_row * head_size, keys->scale + first_row,
@@ -4359,7 +4442,7 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
             for (int t = 0; t <= last[k]; t++) att[k * att_stride + t] /= divisor;
         softmax_rows(att, att_stride, last, count);
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
-            if (direct_q8) {
+            if (direct_values) {
                 n = kv_run_length(values, t0, n_keys);
                 size_t first_row = cache_row_number(values, layer, kv_head, t0);
                 weighted_values_q8(query_out, att, att_stride, last, count, values->q + first_row * head_size,
@@ -5267,12 +5350,16 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
                                              int head_size, int t0, int t_end) { \
         weighted_values_tile(out, att, att_stride, last, count, rows, stride, head_size, t0, t_end); \
     } \
+    static TARGET void scores_q8_##set(float *att, size_t att_stride, const float *const *query, int count, \
+                                       const int8_t *keys, const float *scales, int n_keys, int head_size) { \
+        scores_q8_group_body(att, att_stride, query, count, keys, scales, n_keys, head_size, transpose); \
+    } \
     static TARGET void attention_block_##set(float *out, const float *q, int n_tokens, int dim, int pos, \
                                              const KVCache *keys, const KVCache *values, int layer, int kv_head, \
                                              float *att, size_t att_stride, float *row, int n_heads) { \
         attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, \
                              n_heads, 4, 1, KV_TILE_FLOATS, scores_##set, softmax_rows_##set, \
-                             weighted_values_##set, NULL, NULL); \
+                             weighted_values_##set, scores_q8_##set, NULL); \
     }
 
 #if defined(__x86_64__)

@@ -2676,7 +2676,8 @@ static void test_attention_block(void) {
                                     {6, 12, 4, 3, 2}, {144, 288, 9, 2, 2}, {8, 32, 0, 4, 2}, {128, 256, 40, 8, 1},
                                     {24, 48, 5, 3, 4}, {64, 256, 150, 3, 8}, {128, 256, 95, 4, 2}, {48, 96, 250, 5, 3},
                                     {6, 12, 700, 2, 4}, {16, 16, 520, 9, 1}, {4100, 4100, 3, 2, 1}, {128, 128, 95, 3, 1},
-                                    {64, 64, 130, 10, 1}, {48, 96, 70, 1, 1}, {64, 128, 200, 1, 1}, {32, 64, 45, 2, 1}};
+                                    {64, 64, 130, 10, 1}, {48, 96, 70, 1, 1}, {64, 128, 200, 1, 1}, {32, 64, 45, 2, 1},
+                                    {20, 40, 30, 3, 2}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int hs = shapes[k][0], kv_dim = shapes[k][1], pos = shapes[k][2], n_tokens = shapes[k][3], n_heads = shapes[k][4];
         int dim = n_heads * hs + 8, n_keys = pos + n_tokens; /* rows wider than the heads, as in a real batch */
