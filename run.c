@@ -2404,8 +2404,10 @@ static void few_tokens_plain(float *out, size_t out_stride, const float *x_t, in
 }
 
 /* The fast kernels read the fp32 cache in place, all positions as one tile;
-   the int8 cache a tile of positions at a time, dequantized into a buffer of
-   KV_TILE_FLOATS floats on the stack (16 KB: it stays in the L1 cache). */
+   the int8 cache's keys (and AVX-512's values) a block's run of rows at a
+   time as they are, the rest a tile of positions at a time dequantized into
+   a buffer of KV_TILE_FLOATS floats on the stack (16 KB: it stays in the L1
+   cache). */
 #define KV_TILE_FLOATS 4096
 #define KV_PREFETCH_ROWS 16
 
@@ -4264,6 +4266,8 @@ weighted_values_body(float *const *out, const float *const *a, const int *n_keys
 static inline __attribute__((always_inline)) void q8_columns8(f32x8 col[8], const int8_t *rows, int head_size, int j,
                                                               int n_rows, TransposeFn transpose) {
     if (n_rows == 8 && head_size - j >= 32) {
+        if (j % 64 == 0) /* each row's line KV_PREFETCH_ROWS on, as kv_tile() asks */
+            for (int k = 0; k < 8; k++) prefetch(rows + (size_t)k * head_size + j, KV_PREFETCH_ROWS * (size_t)head_size);
         transpose(col, (const float *)(const void *)(rows + j), head_size / 4);
         return;
     }
@@ -4288,7 +4292,7 @@ static inline __attribute__((always_inline)) void q8_column_values8(f32x8 *key, 
 static inline __attribute__((always_inline)) void
 scores_q8_keys8(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
                int t0, int n_rows, int head_size, int B, TransposeFn transpose) {
-    const int8_t *block0 = keys + (size_t)t0 * head_size, *block1 = block0 + 8 * (size_t)head_size;
+    const int8_t *block0 = keys + (size_t)t0 * head_size, *block1 = B == 2 ? block0 + 8 * (size_t)head_size : block0;
     f32x8 acc0[4], acc1[4], scale0 = {0}, scale1 = {0};
     memcpy(&scale0, scales + t0, n_rows * sizeof(float));
     if (B == 2) memcpy(&scale1, scales + t0 + 8, sizeof scale1);
@@ -4386,8 +4390,9 @@ typedef void (*SoftmaxRowsFn)(float *att, size_t att_stride, const int *last, in
 typedef void (*ValuesFn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
                          const float *rows, size_t stride, int head_size, int t0, int t_end);
 /* The scores, and the weighted values, straight from an int8 cache's rows
-   (consecutive, one scale each), where a kernel set has them (NULL where a
-   tile dequantized first is faster: the 8-lane sets' values). */
+   (consecutive, one scale each; head sizes a multiple of 4), where a kernel
+   set has them (NULL where a tile dequantized first is faster: the 8-lane
+   sets' values). */
 typedef void (*ScoresQ8Fn)(float *att, size_t att_stride, const float *const *query, int count, const int8_t *keys,
                            const float *scales, int n_keys, int head_size);
 typedef void (*ValuesQ8Fn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
@@ -4618,23 +4623,36 @@ scores_avx512(float *att, size_t att_stride, const float *const *q, int Q, const
     scores_tail(att, att_stride, q, Q, keys, t, n_keys, head_size, kv_dim);
 }
 
+/* Values 16 v .. 16 v + 15 of row t of a tile, rows `stride` apart: fp32
+   rows, or (q_rows not NULL) int8 ones widened, converted and scaled as
+   cache_row() does. */
+static inline __attribute__((always_inline)) AVX512 __m512
+value_row16(const float *rows, const int8_t *q_rows, const float *scales, size_t stride, int t, int v) {
+    if (!q_rows) return _mm512_loadu_ps(rows + (size_t)t * stride + 16 * v);
+    __m128i bytes = _mm_loadu_si128((const __m128i *)(q_rows + (size_t)t * stride + 16 * v));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), _mm512_set1_ps(scales[t]));
+}
+
 /* out[k] = sum over t <= last[k] of att[k][t] * value_t, t in order, for G
-   queries and value rows of 16 * V floats, over the tile [t0, t_end) at `rows`:
-   from zero in the first tile, from out in the next; the sums stay in registers
-   while the rows stream past, each loaded once for the G (last[] never
-   decreases, so they run together up to the first one's last position). */
+   queries and value rows of 16 * V values (value_row16()), over the tile
+   [t0, t_end): from zero in the first tile, from out in the next; the sums
+   stay in registers while the rows stream past, each loaded once for the G
+   (last[] never decreases, so they run together up to the first one's last
+   position). */
 static inline __attribute__((always_inline)) AVX512 void
 weighted_values_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
-                      const float *rows, size_t stride, int V, int t0, int t_end) {
+                      const float *rows, const int8_t *q_rows, const float *scales, size_t stride, int V, int t0,
+                      int t_end) {
     __m512 acc[4][8];
     for (int g = 0; g < G; g++)
         for (int v = 0; v < V; v++) acc[g][v] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out[g] + 16 * v);
     int together_end = last[0] + 1 < t_end ? last[0] + 1 : t_end;
     for (int t = t0; t < together_end; t++) {
-        const float *row = rows + (size_t)(t - t0) * stride;
-        for (int v = 0; v < V; v++) prefetch(row + 16 * v, 16 * stride * sizeof(float));
+        for (int v = 0; v < V; v++) /* each line of the row KV_PREFETCH_ROWS on */
+            if (!q_rows) prefetch(rows + (size_t)(t - t0) * stride + 16 * v, KV_PREFETCH_ROWS * stride * sizeof(float));
+            else if (v % 4 == 0) prefetch(q_rows + (size_t)(t - t0) * stride + 16 * v, KV_PREFETCH_ROWS * stride);
         for (int v = 0; v < V; v++) {
-            __m512 value = _mm512_loadu_ps(row + 16 * v);
+            __m512 value = value_row16(rows, q_rows, scales, stride, t - t0, v);
             for (int g = 0; g < G; g++)
                 acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
         }
@@ -4644,7 +4662,7 @@ weighted_values_group(float *const *out, const float *att, size_t att_stride, co
         for (int t = last[0] + 1 > t0 ? last[0] + 1 : t0; t < end; t++)
             for (int v = 0; v < V; v++)
                 acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]),
-                                                                 _mm512_loadu_ps(rows + (size_t)(t - t0) * stride + 16 * v)));
+                                                                 value_row16(rows, q_rows, scales, stride, t - t0, v)));
     }
     for (int g = 0; g < G; g++)
         for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
@@ -4654,15 +4672,48 @@ weighted_values_group(float *const *out, const float *att, size_t att_stride, co
    registers (V <= 4), else 2. */
 static inline __attribute__((always_inline)) AVX512 void
 weighted_values(float *const *out, const float *att, size_t att_stride, const int *last, int n_q, const float *rows,
-                size_t stride, int V, int t0, int t_end) {
+                const int8_t *q_rows, const float *scales, size_t stride, int V, int t0, int t_end) {
     int k = 0;
     if (V <= 4)
         for (; k + 4 <= n_q; k += 4)
-            weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, rows, stride, V, t0, t_end);
+            weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 4, rows, q_rows, scales, stride,
+                                  V, t0, t_end);
     for (; k + 2 <= n_q; k += 2)
-        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, rows, stride, V, t0, t_end);
+        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 2, rows, q_rows, scales, stride, V,
+                              t0, t_end);
     for (; k < n_q; k++)
-        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, rows, stride, V, t0, t_end);
+        weighted_values_group(out + k, att + k * att_stride, att_stride, last + k, 1, rows, q_rows, scales, stride, V,
+                              t0, t_end);
+}
+
+/* weighted_values with V = head_size / 16 constant. */
+static inline __attribute__((always_inline)) AVX512 void
+weighted_values_head(float *const *out, const float *att, size_t att_stride, const int *last, int n_q,
+                     const float *rows, const int8_t *q_rows, const float *scales, size_t stride, int head_size,
+                     int t0, int t_end) {
+    switch (head_size / 16) {
+    case 1: weighted_values(out, att, att_stride, last, n_q, rows, q_rows, scales, stride, 1, t0, t_end); break;
+    case 2: weighted_values(out, att, att_stride, last, n_q, rows, q_rows, scales, stride, 2, t0, t_end); break;
+    case 3: weighted_values(out, att, att_stride, last, n_q, rows, q_rows, scales, stride, 3, t0, t_end); break;
+    case 4: weighted_values(out, att, att_stride, last, n_q, rows, q_rows, scales, stride, 4, t0, t_end); break;
+    case 5: weighted_values(out, att, att_stride, last, n_q, rows, q_rows, scales, stride, 5, t0, t_end); break;
+    case 6: weighted_values(out, att, att_stride, last, n_q, rows, q_rows, scales, stride, 6, t0, t_end); break;
+    case 7: weighted_values(out, att, att_stride, last, n_q, rows, q_rows, scales, stride, 7, t0, t_end); break;
+    default: weighted_values(out, att, att_stride, last, n_q, rows, q_rows, scales, stride, 8, t0, t_end); break;
+    }
+}
+
+static AVX512 void weighted_values_avx512(float *const *out, const float *att, size_t att_stride, const int *last,
+                                          int n_q, const float *rows, size_t stride, int head_size, int t0,
+                                          int t_end) {
+    weighted_values_head(out, att, att_stride, last, n_q, rows, NULL, NULL, stride, head_size, t0, t_end);
+}
+
+/* The same from int8 rows of head_size bytes and their scales. */
+static AVX512 void weighted_values_q8_avx512(float *const *out, const float *att, size_t att_stride, const int *last,
+                                             int n_q, const int8_t *rows, const float *scales, int head_size, int t0,
+                                             int t_end) {
+    weighted_values_head(out, att, att_stride, last, n_q, NULL, rows, scales, head_size, head_size, t0, t_end);
 }
 
 /* scores_avx512 for `count` queries, as 1, 2, 4 or 8 (query[] is padded):
@@ -4677,34 +4728,21 @@ static AVX512 void scores_group_avx512(float *att, size_t att_stride, const floa
     }
 }
 
-/* weighted_values with V = head_size / 16 constant. */
-static AVX512 void weighted_values_avx512(float *const *out, const float *att, size_t att_stride, const int *last,
-                                          int n_q, const float *rows, size_t stride, int head_size, int t0,
-                                          int t_end) {
-    switch (head_size / 16) {
-    case 1: weighted_values(out, att, att_stride, last, n_q, rows, stride, 1, t0, t_end); break;
-    case 2: weighted_values(out, att, att_stride, last, n_q, rows, stride, 2, t0, t_end); break;
-    case 3: weighted_values(out, att, att_stride, last, n_q, rows, stride, 3, t0, t_end); break;
-    case 4: weighted_values(out, att, att_stride, last, n_q, rows, stride, 4, t0, t_end); break;
-    case 5: weighted_values(out, att, att_stride, last, n_q, rows, stride, 5, t0, t_end); break;
-    case 6: weighted_values(out, att, att_stride, last, n_q, rows, stride, 6, t0, t_end); break;
-    case 7: weighted_values(out, att, att_stride, last, n_q, rows, stride, 7, t0, t_end); break;
-    default: weighted_values(out, att, att_stride, last, n_q, rows, stride, 8, t0, t_end); break;
-    }
-}
-
-/* Bytes [j, j + 64) (or up to head_size) of 16 int8 rows of head_size bytes,
-   rows from n_rows on as zeros, transposed as 4-byte columns: columns[c]
-   holds bytes 4c .. 4c + 3 of row k in lane k. */
+/* The 4-byte words [j / 4, j / 4 + words) (words <= 16) of 16 int8 rows of
+   head_size bytes, rows from n_rows on as zeros, transposed: columns[c]
+   holds bytes j + 4c .. j + 4c + 3 of row k in lane k (little-endian: byte
+   b of the word in bits 8b .. 8b + 7). Each row's line `ahead` bytes on is
+   asked for (none if 0). */
 static inline __attribute__((always_inline)) AVX512 void
-q8_columns(__m512 columns[16], const int8_t *rows, int head_size, int j, int n_rows, int prefetch_next) {
-    int words = head_size - j < 64 ? (head_size - j) / 4 : 16;
+q8_columns(__m512 columns[16], const int8_t *rows, int head_size, int j, int words, int n_rows, size_t ahead) {
     for (int k = 0; k < 16; k++) {
+        if (k >= n_rows) {
+            columns[k] = _mm512_setzero_ps();
+            continue;
+        }
         const int8_t *p = rows + (size_t)k * head_size + j;
-        if (prefetch_next) prefetch(p, 16 * (size_t)head_size);
-        columns[k] = k >= n_rows    ? _mm512_setzero_ps()
-                     : words == 16 ? _mm512_loadu_ps(p)
-                                   : _mm512_maskz_loadu_ps((__mmask16)((1u << words) - 1), p);
+        if (ahead) prefetch(p, ahead);
+        columns[k] = words == 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << words) - 1), p);
     }
     transpose16(columns);
 }
@@ -4716,13 +4754,14 @@ static inline __attribute__((always_inline)) AVX512 __m512 q8_column_values(__m5
     return _mm512_mul_ps(_mm512_cvtepi32_ps(bytes), scale);
 }
 
-/* scores_avx512 from int8 rows of head_size bytes and their scales, keys
-   t0 .. t0 + 16 B - 1 (of them the first n_rows, below 16 when B is 1): each
-   16 rows' 64-byte pieces transposed (q8_columns()); B * Q chains of adds. */
+/* scores_avx512 from int8 rows of head_size bytes (a multiple of 16) and
+   their scales, keys t0 .. t0 + 16 B - 1 (of them the first n_rows, fewer
+   than 16 only when B is 1): each 16 rows' 64-byte pieces transposed
+   (q8_columns()); B * Q chains of adds. */
 static inline __attribute__((always_inline)) AVX512 void
 scores_q8_keys(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
-               int t0, int n_rows, int head_size, int B, int prefetch_next) {
-    const int8_t *block0 = keys + (size_t)t0 * head_size, *block1 = block0 + 16 * (size_t)head_size;
+               int t0, int n_rows, int head_size, int B, size_t ahead) {
+    const int8_t *block0 = keys + (size_t)t0 * head_size, *block1 = B == 2 ? block0 + 16 * (size_t)head_size : block0;
     __mmask16 rows_mask = n_rows >= 16 ? 0xffff : (__mmask16)((1u << n_rows) - 1);
     __m512 scale0 = _mm512_maskz_loadu_ps(rows_mask, scales + t0), scale1 = scale0, acc0[8], acc1[8];
     if (B == 2) scale1 = _mm512_loadu_ps(scales + t0 + 16);
@@ -4730,8 +4769,8 @@ scores_q8_keys(float *att, size_t att_stride, const float *const *q, int Q, cons
     for (int j = 0; j < head_size; j += 64) {
         int words = head_size - j < 64 ? (head_size - j) / 4 : 16;
         __m512 columns0[16], columns1[16];
-        q8_columns(columns0, block0, head_size, j, n_rows, prefetch_next);
-        if (B == 2) q8_columns(columns1, block1, head_size, j, 16, prefetch_next);
+        q8_columns(columns0, block0, head_size, j, words, n_rows, ahead);
+        if (B == 2) q8_columns(columns1, block1, head_size, j, words, 16, ahead);
         for (int c = 0; c < words; c++)
             for (int b = 0; b < 4; b++) {
                 __m512 key0 = q8_column_values(columns0[c], b, scale0), key1 = key0;
@@ -4751,16 +4790,18 @@ scores_q8_keys(float *att, size_t att_stride, const float *const *q, int Q, cons
 
 /* The scores of n_keys int8 keys: 32 at a time for one or two queries (whose
    chains of adds are few), else 16; the last few as a block of 16 with rows
-   missing. */
+   missing. Each block asks for the next one's rows while the run has them. */
 static inline __attribute__((always_inline)) AVX512 void
 scores_q8_avx512(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
                  int n_keys, int head_size) {
     int t = 0;
     if (Q <= 2)
         for (; t + 32 <= n_keys; t += 32)
-            scores_q8_keys(att, att_stride, q, Q, keys, scales, t, 16, head_size, 2, t + 64 <= n_keys);
+            scores_q8_keys(att, att_stride, q, Q, keys, scales, t, 16, head_size, 2,
+                           t + 64 <= n_keys ? 32 * (size_t)head_size : 0);
     for (; t + 16 <= n_keys; t += 16)
-        scores_q8_keys(att, att_stride, q, Q, keys, scales, t, 16, head_size, 1, t + 32 <= n_keys);
+        scores_q8_keys(att, att_stride, q, Q, keys, scales, t, 16, head_size, 1,
+                       t + 32 <= n_keys ? 16 * (size_t)head_size : 0);
     if (t < n_keys) scores_q8_keys(att, att_stride, q, Q, keys, scales, t, n_keys - t, head_size, 1, 0);
 }
 
@@ -4771,58 +4812,6 @@ static AVX512 void scores_group_q8_avx512(float *att, size_t att_stride, const f
     case 2: scores_q8_avx512(att, att_stride, query, 2, keys, scales, n_keys, head_size); break;
     case 3: case 4: scores_q8_avx512(att, att_stride, query, 4, keys, scales, n_keys, head_size); break;
     default: scores_q8_avx512(att, att_stride, query, 8, keys, scales, n_keys, head_size); break;
-    }
-}
-
-/* weighted_values_group from int8 rows: each row's 16 values widened,
-   converted and scaled as cache_row() does, then weighted as there. */
-static inline __attribute__((always_inline)) AVX512 void
-weighted_values_q8_group(float *const *out, const float *att, size_t att_stride, const int *last, int G,
-                         const int8_t *rows, const float *scales, int V, int t0, int t_end) {
-    __m512 acc[4][8];
-    for (int g = 0; g < G; g++)
-        for (int v = 0; v < V; v++) acc[g][v] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out[g] + 16 * v);
-    for (int t = t0; t < t_end && t <= last[G - 1]; t++) {
-        const int8_t *row = rows + (size_t)(t - t0) * 16 * V;
-        prefetch(row, 16 * 16 * (size_t)V);
-        __m512 scale = _mm512_set1_ps(scales[t - t0]);
-        for (int v = 0; v < V; v++) {
-            __m512 value = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * v)))), scale);
-            for (int g = 0; g < G; g++)
-                if (t <= last[g])
-                    acc[g][v] = _mm512_add_ps(acc[g][v], _mm512_mul_ps(_mm512_set1_ps(att[g * att_stride + t]), value));
-        }
-    }
-    for (int g = 0; g < G; g++)
-        for (int v = 0; v < V; v++) _mm512_storeu_ps(out[g] + 16 * v, acc[g][v]);
-}
-
-static inline __attribute__((always_inline)) AVX512 void
-weighted_values_q8(float *const *out, const float *att, size_t att_stride, const int *last, int n_q,
-                   const int8_t *rows, const float *scales, int V, int t0, int t_end) {
-    int k = 0;
-    if (V <= 4)
-        for (; k + 4 <= n_q; k += 4)
-            weighted_values_q8_group(out + k, att + k * att_stride, att_stride, last + k, 4, rows, scales, V, t0, t_end);
-    for (; k + 2 <= n_q; k += 2)
-        weighted_values_q8_group(out + k, att + k * att_stride, att_stride, last + k, 2, rows, scales, V, t0, t_end);
-    for (; k < n_q; k++)
-        weighted_values_q8_group(out + k, att + k * att_stride, att_stride, last + k, 1, rows, scales, V, t0, t_end);
-}
-
-static AVX512 void weighted_values_q8_avx512(float *const *out, const float *att, size_t att_stride, const int *last,
-                                             int n_q, const int8_t *rows, const float *scales, int head_size, int t0,
-                                             int t_end) {
-    switch (head_size / 16) {
-    case 1: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 1, t0, t_end); break;
-    case 2: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 2, t0, t_end); break;
-    case 3: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 3, t0, t_end); break;
-    case 4: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 4, t0, t_end); break;
-    case 5: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 5, t0, t_end); break;
-    case 6: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 6, t0, t_end); break;
-    case 7: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 7, t0, t_end); break;
-    default: weighted_values_q8(out, att, att_stride, last, n_q, rows, scales, 8, t0, t_end); break;
     }
 }
 

@@ -2669,15 +2669,15 @@ static void test_batched_matmul(void) {
    whose last positions fall in different tiles (after a query with one head
    and with two, as the kernels pair queries), and a head too wide for one;
    one and two queries alone (decoding with as many KV heads as query heads),
-   over blocks of 32 keys, 16 and fewer. */
+   over blocks of 32 keys, 16 and fewer; the first KV head and the last. */
 static void test_attention_block(void) {
     /* head size, KV heads' width, first position, tokens, query heads per KV head */
     static const int shapes[][5] = {{48, 96, 37, 1, 4}, {48, 288, 0, 13, 1}, {64, 128, 20, 3, 8}, {16, 32, 100, 2, 3},
                                     {6, 12, 4, 3, 2}, {144, 288, 9, 2, 2}, {8, 32, 0, 4, 2}, {128, 256, 40, 8, 1},
                                     {24, 48, 5, 3, 4}, {64, 256, 150, 3, 8}, {128, 256, 95, 4, 2}, {48, 96, 250, 5, 3},
                                     {6, 12, 700, 2, 4}, {16, 16, 520, 9, 1}, {4100, 4100, 3, 2, 1}, {128, 128, 95, 3, 1},
-                                    {64, 64, 130, 10, 1}, {48, 96, 70, 1, 1}, {64, 128, 200, 1, 1}, {32, 64, 45, 2, 1},
-                                    {20, 40, 30, 3, 2}};
+                                    {64, 64, 130, 10, 1}, {48, 96, 70, 1, 1}, {64, 128, 200, 1, 1}, {32, 64, 50, 2, 1},
+                                    {20, 40, 30, 3, 2}, {96, 192, 40, 3, 2}, {80, 160, 33, 1, 2}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int hs = shapes[k][0], kv_dim = shapes[k][1], pos = shapes[k][2], n_tokens = shapes[k][3], n_heads = shapes[k][4];
         int dim = n_heads * hs + 8, n_keys = pos + n_tokens; /* rows wider than the heads, as in a real batch */
@@ -2685,31 +2685,36 @@ static void test_attention_block(void) {
         float *values = random_tensor((size_t)n_keys * kv_dim, 1, 0), *att = calloc(8 * (size_t)n_keys, sizeof(float));
         float *plain = calloc((size_t)n_tokens * dim, sizeof(float)), *block = calloc((size_t)n_tokens * dim, sizeof(float));
         float *row = malloc(hs * sizeof(float));
-        for (int int8 = 0; int8 <= 1; int8++) {
-            KVCache kc = cache_of(keys, n_keys, kv_dim, hs, int8), vc = cache_of(values, n_keys, kv_dim, hs, int8);
-            for (int t = 0; t < n_tokens; t++)
-                for (int h = 0; h < n_heads; h++) {
-                    size_t offset = (size_t)t * dim + h * hs;
-                    attention_head(plain + offset, q + offset, &kc, &vc, 0, 0, pos + t, att, row);
-                }
-            kernels->attention_block(block, q, n_tokens, dim, pos, &kc, &vc, 0, 0, att, n_keys, row, n_heads);
-            check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
-                  "%s attention_block (%s cache, head size %d, %d tokens from position %d, %d heads) differs from "
-                  "attention_head", kernels->name, int8 ? "int8" : "fp32", hs, n_tokens, pos, n_heads);
-            /* the same over a paged cache (batch mode's), with blocks of 32 and of 5 positions */
-            for (int block_size = 32; block_size >= 5; block_size = block_size == 32 ? 5 : 0) {
-                int *table = malloc(((size_t)n_keys / block_size + 1) * sizeof(int));
-                KVCache pk = paged_cache_of(keys, n_keys, kv_dim, hs, int8, block_size, table);
-                KVCache pv = paged_cache_of(values, n_keys, kv_dim, hs, int8, block_size, table);
+        int last_kv_head = kv_dim / hs - 1;
+        for (int int8 = 0; int8 <= 1; int8++)
+            for (int kv_head = 0; kv_head <= last_kv_head; kv_head += last_kv_head > 0 ? last_kv_head : 1) {
+                KVCache kc = cache_of(keys, n_keys, kv_dim, hs, int8), vc = cache_of(values, n_keys, kv_dim, hs, int8);
+                for (int t = 0; t < n_tokens; t++)
+                    for (int h = 0; h < n_heads; h++) {
+                        size_t offset = (size_t)t * dim + h * hs;
+                        attention_head(plain + offset, q + offset, &kc, &vc, 0, kv_head, pos + t, att, row);
+                    }
                 memset(block, 0, (size_t)n_tokens * dim * sizeof(float));
-                kernels->attention_block(block, q, n_tokens, dim, pos, &pk, &pv, 0, 0, att, n_keys, row, n_heads);
+                kernels->attention_block(block, q, n_tokens, dim, pos, &kc, &vc, 0, kv_head, att, n_keys, row, n_heads);
                 check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
-                      "%s attention_block over blocks of %d positions (%s cache, head size %d, %d tokens from position "
-                      "%d) differs from attention_head", kernels->name, block_size, int8 ? "int8" : "fp32", hs, n_tokens, pos);
-                free_kv_cache(&pk), free_kv_cache(&pv), free(table);
+                      "%s attention_block (%s cache, head size %d, KV head %d, %d tokens from position %d, %d heads) "
+                      "differs from attention_head", kernels->name, int8 ? "int8" : "fp32", hs, kv_head, n_tokens, pos,
+                      n_heads);
+                /* the same over a paged cache (batch mode's), with blocks of 32 and of 5 positions */
+                for (int block_size = 32; block_size >= 5; block_size = block_size == 32 ? 5 : 0) {
+                    int *table = malloc(((size_t)n_keys / block_size + 1) * sizeof(int));
+                    KVCache pk = paged_cache_of(keys, n_keys, kv_dim, hs, int8, block_size, table);
+                    KVCache pv = paged_cache_of(values, n_keys, kv_dim, hs, int8, block_size, table);
+                    memset(block, 0, (size_t)n_tokens * dim * sizeof(float));
+                    kernels->attention_block(block, q, n_tokens, dim, pos, &pk, &pv, 0, kv_head, att, n_keys, row, n_heads);
+                    check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
+                          "%s attention_block over blocks of %d positions (%s cache, head size %d, KV head %d, %d tokens "
+                          "from position %d) differs from attention_head", kernels->name, block_size, int8 ? "int8" : "fp32",
+                          hs, kv_head, n_tokens, pos);
+                    free_kv_cache(&pk), free_kv_cache(&pv), free(table);
+                }
+                free_kv_cache(&kc), free_kv_cache(&vc);
             }
-            free_kv_cache(&kc), free_kv_cache(&vc);
-        }
         free(q), free(keys), free(values), free(att), free(plain), free(block), free(row);
     }
 }
