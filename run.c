@@ -2418,6 +2418,16 @@ static inline int kv_run_length(const KVCache *c, int t0, int n_keys) {
     return n < to_block_end ? n : to_block_end;
 }
 
+/* The int8 rows and scales of one KV head from position t0 to the end of its
+   run (returned: its length), as stored. */
+static inline int kv_q8_run(const KVCache *c, int layer, int kv_head, int t0, int n_keys, const int8_t **rows,
+                            const float **scales) {
+    size_t first = cache_row_number(c, layer, kv_head, t0);
+    *rows = c->q + first * c->head_size;
+    *scales = c->scale + first;
+    return kv_run_length(c, t0, n_keys);
+}
+
 /* The positions of the tile that starts at t0, of n_keys: its run in the
    block, and for int8 at most a multiple of 16 when 16 rows fit (heads up to
    KV_TILE_FLOATS wide). */
@@ -4432,10 +4442,10 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         int direct_values = !values->f32 && weighted_values_q8;
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
             if (direct_keys) { /* a block's rows at a time */
-                n = kv_run_length(keys, t0, n_keys);
-                size_t first_row = cache_row_number(keys, layer, kv_head, t0);
-                scores_q8(att + t0, att_stride, query, count, keys->q + first_row * head_size, keys->scale + first_row,
-                          n, head_size);
+                const int8_t *rows;
+                const float *scales;
+                n = kv_q8_run(keys, layer, kv_head, t0, n_keys, &rows, &scales);
+                scores_q8(att + t0, att_stride, query, count, rows, scales, n, head_size);
                 continue;
             }
             n = kv_tile_length(keys, t0, n_keys);
@@ -4448,10 +4458,10 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         softmax_rows(att, att_stride, last, count);
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
             if (direct_values) {
-                n = kv_run_length(values, t0, n_keys);
-                size_t first_row = cache_row_number(values, layer, kv_head, t0);
-                weighted_values_q8(query_out, att, att_stride, last, count, values->q + first_row * head_size,
-                                   values->scale + first_row, head_size, t0, t0 + n);
+                const int8_t *rows;
+                const float *scales;
+                n = kv_q8_run(values, layer, kv_head, t0, n_keys, &rows, &scales);
+                weighted_values_q8(query_out, att, att_stride, last, count, rows, scales, head_size, t0, t0 + n);
                 continue;
             }
             n = kv_tile_length(values, t0, n_keys);
