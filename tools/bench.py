@@ -58,10 +58,13 @@ Batch mode (batch_bench()): the int8 stories110M and 1.1B shapes (--quick: the
 first only), 64 prompts of about 100 tokens with 128 generated each, at -b 1,
 4, 8 and 16 on 2 threads: generated tok/s of the whole run, against -b 1 and
 against generate's decode speed, and peak RSS beside the file and the KV pool.
+Then, if LLAMA_CPP names a llama.cpp folder built with cmake, batch mode beside
+its llama-batched-bench on the same weights as Q8_0 (llama_cpp_bench()).
 
 usage: python3 tools/bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only] [--batch-only]
   --quick         only the two small shapes
-  --batch-only    only the batch mode table, with each KV cache (-c fp32, -c int8)
+  --batch-only    only the batch mode tables, with each KV cache (-c fp32, -c int8),
+                  and beside llama.cpp
   --long          also the 1.1B shape near position 2000 (above)
   --long-only     only that
   --kernels SET   run every ./run row with RUN_KERNELS=SET (plain, sse, avx2,
@@ -272,6 +275,22 @@ BATCH_SIZES = (1, 4, 8, 16)
 BATCH_PROMPTS, BATCH_WORDS, BATCH_NEW = 64, 95, 128
 
 
+def batch_prompts(count):
+    """The first `count` of the batch bench's prompts (BOS and 95 words of a small
+    list, each prompt its own, 128 tokens to generate), written to a file; its path."""
+    import json
+    import random
+    rng = random.Random(25)
+    words = ("the a cat dog sat on mat ran far away house tree big small red blue green happy sad day night sun "
+             "moon star sky water fire earth wind").split()
+    os.makedirs(CACHE, exist_ok=True)
+    path = os.path.join(CACHE, "batch_prompts.jsonl" if count == BATCH_PROMPTS else f"batch_prompts_{count}.jsonl")
+    with open(path, "w") as f:
+        for _ in range(count):
+            f.write(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(BATCH_WORDS)), "n": BATCH_NEW}) + "\n")
+    return path
+
+
 def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32"):
     """Batch mode: 64 prompts of about 100 tokens (BOS and 95 words of a small
     list, each prompt its own), 128 generated tokens each, greedy, 2 threads, at
@@ -281,16 +300,7 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
     and the limit (file plus pool, plus 5%). Beside them the ratio to -b 1 and to
     generate's single-stream decode speed (a one-word prompt, 128 tokens; the
     best of three runs)."""
-    import json
-    import random
-    rng = random.Random(25)
-    words = ("the a cat dog sat on mat ran far away house tree big small red blue green happy sad day night sun "
-             "moon star sky water fire earth wind").split()
-    os.makedirs(CACHE, exist_ok=True)
-    path = os.path.join(CACHE, "batch_prompts.jsonl")
-    with open(path, "w") as f:
-        for _ in range(BATCH_PROMPTS):
-            f.write(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(BATCH_WORDS)), "n": BATCH_NEW}) + "\n")
+    path = batch_prompts(BATCH_PROMPTS)
     threads = 2
     print(f"batch mode: {BATCH_PROMPTS} prompts of {BATCH_WORDS + 1} tokens, {BATCH_NEW} generated each, greedy, "
           f"{threads} threads, -c {cache}:")
@@ -319,6 +329,112 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
             print(f"  {name:<16} {b:>3} {rate:>8.1f} {rate / first:>7.2f} {rate / single:>11.2f}"
                   f" {rss:>12.1f} {size:>8.1f} {pool:>8.1f} {(size + pool) * 1.05:>9.1f}", flush=True)
         print(f"  ({name} int8, generate: {single:.1f} tok/s decode)")
+
+
+def gguf_model(name, fp32):
+    """The fp32 weights of one shape (gen_model's legacy file) as a GGUF of
+    llama.cpp's Q8_0 (blocks of 32 int8 values and an fp16 scale: 1.0625 bytes
+    a weight, as export.py's int8 with groups of 64), written once by
+    tests/gguf_reference.py (llama.cpp's reference quantizer, its converter's
+    metadata and Llama 2 vocabulary, from ../shared's tokenizer.model). The
+    classifier is the embedding's, as in the file; the query and key rows are
+    already in the order llama.cpp's rotation pairs them (llama2.c's)."""
+    import struct
+    import numpy as np
+    path = os.path.join(CACHE, name + "_q8_0.gguf")
+    if os.path.exists(path):
+        return path
+    sys.path.insert(0, os.path.join(HERE, "tests"))
+    from gguf_reference import gguf_encode, gguf_llama_kv, llama2_vocab_kv, write_gguf
+    print(f"bench: writing {path}", file=sys.stderr)
+    with open(fp32, "rb") as f:
+        dim, hidden, layers, heads, kv_heads, vocab, seq_len = struct.unpack("<7i", f.read(28))
+    if vocab < 0:
+        sys.exit(f"bench: {fp32}: an unshared classifier; gguf_model() writes shared ones only")
+    kv_dim = dim // heads * kv_heads
+    weights = np.memmap(fp32, dtype="<f4", mode="r", offset=28)
+    at = 0
+
+    def take(*shape):  # the legacy layout's next tensor
+        nonlocal at
+        n = int(np.prod(shape))
+        at += n
+        return weights[at - n:at].reshape(shape)
+
+    embedding, rms_att = take(vocab, dim), take(layers, dim)
+    wq, wk, wv, wo = take(layers, dim, dim), take(layers, kv_dim, dim), take(layers, kv_dim, dim), take(layers, dim, dim)
+    rms_ffn, w1, w2, w3 = take(layers, dim), take(layers, hidden, dim), take(layers, dim, hidden), take(layers, hidden, dim)
+    rms_final = take(dim)
+    tensors = [("token_embd.weight", embedding.shape, "Q8_0", gguf_encode(embedding, "Q8_0"))]
+    for layer in range(layers):
+        for short, tensor in (("attn_norm", rms_att), ("attn_q", wq), ("attn_k", wk), ("attn_v", wv),
+                              ("attn_output", wo), ("ffn_norm", rms_ffn), ("ffn_gate", w1), ("ffn_up", w3),
+                              ("ffn_down", w2)):
+            kind = "F32" if short.endswith("norm") else "Q8_0"
+            tensors.append((f"blk.{layer}.{short}.weight", tensor[layer].shape, kind, gguf_encode(tensor[layer], kind)))
+    tensors.append(("output_norm.weight", rms_final.shape, "F32", gguf_encode(rms_final, "F32")))
+    config = {"hidden_size": dim, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+              "num_hidden_layers": layers, "intermediate_size": hidden, "max_position_embeddings": seq_len,
+              "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "vocab_size": vocab}
+    kv = gguf_llama_kv(config, 7) + llama2_vocab_kv(os.path.join(SHARED, "tokenizer", "llama2.model"))  # 7: Q8_0
+    write_gguf(path + ".tmp", kv, tensors)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def llama_cpp_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), rounds=2):
+    """Batch mode beside llama.cpp's batched generation, one wave of B prompts
+    (96 tokens, 128 generated each) at B = 1, 4, 8, 16, 2 threads: ./run -m
+    batch on the first B of batch_bench()'s prompts with -b B (the default
+    -c fp32) and the int8 weights, and llama-batched-bench -npp 96 -ntg 128
+    -npl B -fa (flash attention, its faster setting here; its KV cache is
+    fp16) on the same fp32 weights in Q8_0; for both the generated tokens over
+    the whole run's time, prompts included, and for llama.cpp also over its
+    generation phase alone (S_TG). The best of `rounds` alternated rounds.
+    $LLAMA_CPP: a llama.cpp folder built with cmake
+    (build/bin/llama-batched-bench); unset, this table is skipped and says so."""
+    import json
+    folder = os.environ.get("LLAMA_CPP")
+    binary = os.path.join(folder or "", "build", "bin", "llama-batched-bench")
+    if not folder or not os.path.exists(binary):
+        reason = "LLAMA_CPP is not set" if not folder else f"{binary} not found"
+        print(f"batch mode beside llama.cpp: skipped ({reason}; LLAMA_CPP=/path/to/llama.cpp, built with cmake)")
+        return
+    commit = subprocess.run(["git", "-C", folder, "log", "-1", "--format=%h"], capture_output=True, text=True)
+    threads, new, sizes = 2, BATCH_NEW, ",".join(str(b) for b in BATCH_SIZES)
+    print(f"batch mode beside llama.cpp {commit.stdout.strip() or '(no git)'} (llama-batched-bench -fa), one wave of B "
+          f"prompts of {BATCH_WORDS + 1} tokens, {new} generated each, {threads} threads, best of {rounds}:")
+    print(f"  {'shape':<16} {'B':>3} {'./run tok/s':>12} {'llama.cpp tok/s':>16} {'ratio':>6} {'llama.cpp S_TG':>15}")
+    for name, args, _ in SHAPES:
+        if name not in shapes:
+            continue
+        fp32, int8 = models(name, args)
+        gguf_path = gguf_model(name, fp32)
+        ours, theirs, theirs_tg = {}, {}, {}
+        for _ in range(rounds):
+            for b in BATCH_SIZES:
+                cmd = [RUN, int8, "-z", TOKENIZER, "-m", "batch", "-f", batch_prompts(b), "-b", str(b),
+                       "-j", str(threads), "-t", "0"]
+                p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   env=dict(os.environ, RUN_KERNELS=kernels) if kernels else None)
+                m = re.search(r"generated in [\d.]+ s, ([\d.]+) tok/s", p.stderr)
+                if p.returncode != 0 or not m:
+                    sys.exit(f"bench: {' '.join(cmd)} failed: {p.stderr.strip()}")
+                ours[b] = max(ours.get(b, 0.0), float(m.group(1)))
+            cmd = [binary, "-m", gguf_path, "-c", str(max(BATCH_SIZES) * (BATCH_WORDS + 1 + new)), "-b", "2048",
+                   "-ub", "512", "-npp", str(BATCH_WORDS + 1), "-ntg", str(new), "-npl", sizes, "-t", str(threads),
+                   "-tb", str(threads), "-fa", "--output-format", "jsonl"]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+            if p.returncode != 0 or len(rows) != len(BATCH_SIZES):
+                sys.exit(f"bench: {' '.join(cmd)} failed: {p.stderr.strip()[-1000:]}")
+            for row in rows:
+                b = row["pl"]
+                theirs[b] = max(theirs.get(b, 0.0), b * row["tg"] / row["t"])
+                theirs_tg[b] = max(theirs_tg.get(b, 0.0), row["speed_tg"])
+        for b in BATCH_SIZES:
+            print(f"  {name:<16} {b:>3} {ours[b]:>12.1f} {theirs[b]:>16.1f} {ours[b] / theirs[b]:>6.2f}"
+                  f" {theirs_tg[b]:>15.1f}", flush=True)
 
 
 def speculative_bench(kernels):
@@ -493,6 +609,7 @@ def main():
     if "--batch-only" in sys.argv:
         for cache in ("fp32", "int8"):
             batch_bench(kernels, cache=cache)
+        llama_cpp_bench(kernels)
         return
     if kernels:
         print(f"./run with RUN_KERNELS={kernels}")
@@ -544,6 +661,7 @@ def main():
     if long and not quick:
         long_context(cores, kernels)
     batch_bench(kernels, ("stories110M",) if quick else ("stories110M", "TinyLlama-1.1B"))
+    llama_cpp_bench(kernels, ("stories110M",) if quick else ("stories110M", "TinyLlama-1.1B"))
     speculative_bench(kernels)
     demo_speculative_bench(kernels)
     compare(prompt, kernels or "avx2")
