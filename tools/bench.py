@@ -376,7 +376,11 @@ def gguf_model(name, fp32):
     config = {"hidden_size": dim, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
               "num_hidden_layers": layers, "intermediate_size": hidden, "max_position_embeddings": seq_len,
               "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "vocab_size": vocab}
-    kv = gguf_llama_kv(config, 7) + llama2_vocab_kv(os.path.join(SHARED, "tokenizer", "llama2.model"))  # 7: Q8_0
+    try:
+        vocab_kv = llama2_vocab_kv(os.path.join(SHARED, "tokenizer", "llama2.model"))
+    except ImportError:
+        sys.exit("bench: writing the GGUF's vocabulary for llama.cpp needs sentencepiece (python3-sentencepiece)")
+    kv = gguf_llama_kv(config, 7) + vocab_kv  # 7: Q8_0
     write_gguf(path + ".tmp", kv, tensors)
     os.replace(path + ".tmp", path)
     return path
