@@ -2686,9 +2686,9 @@ static void test_attention_block(void) {
         float *plain = calloc((size_t)n_tokens * dim, sizeof(float)), *block = calloc((size_t)n_tokens * dim, sizeof(float));
         float *row = malloc(hs * sizeof(float));
         int last_kv_head = kv_dim / hs - 1;
-        for (int int8 = 0; int8 <= 1; int8++)
+        for (int int8 = 0; int8 <= 1; int8++) {
+            KVCache kc = cache_of(keys, n_keys, kv_dim, hs, int8), vc = cache_of(values, n_keys, kv_dim, hs, int8);
             for (int kv_head = 0; kv_head <= last_kv_head; kv_head += last_kv_head > 0 ? last_kv_head : 1) {
-                KVCache kc = cache_of(keys, n_keys, kv_dim, hs, int8), vc = cache_of(values, n_keys, kv_dim, hs, int8);
                 for (int t = 0; t < n_tokens; t++)
                     for (int h = 0; h < n_heads; h++) {
                         size_t offset = (size_t)t * dim + h * hs;
@@ -2713,8 +2713,9 @@ static void test_attention_block(void) {
                           hs, kv_head, n_tokens, pos);
                     free_kv_cache(&pk), free_kv_cache(&pv), free(table);
                 }
-                free_kv_cache(&kc), free_kv_cache(&vc);
             }
+            free_kv_cache(&kc), free_kv_cache(&vc);
+        }
         free(q), free(keys), free(values), free(att), free(plain), free(block), free(row);
     }
 }

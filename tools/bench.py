@@ -332,56 +332,47 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
 
 
 def gguf_model(name, fp32):
-    """The fp32 weights of one shape (gen_model's legacy file) as a GGUF of
-    llama.cpp's Q8_0 (blocks of 32 int8 values and an fp16 scale: 1.0625 bytes
-    a weight, as export.py's int8 with groups of 64), written once by
+    """The fp32 weights of one shape (read by export.py's BinSource) as a GGUF
+    of llama.cpp's Q8_0 (blocks of 32 int8 values and an fp16 scale: 1.0625
+    bytes a weight, as export.py's int8 with groups of 64), written once by
     tests/gguf_reference.py (llama.cpp's reference quantizer, its converter's
     metadata and Llama 2 vocabulary, from ../shared's tokenizer.model). The
     classifier is the embedding's, as in the file; the query and key rows are
-    already in the order llama.cpp's rotation pairs them (llama2.c's)."""
-    import struct
-    import numpy as np
+    already in the order llama.cpp's rotation pairs them (run.c's)."""
     path = os.path.join(CACHE, name + "_q8_0.gguf")
     if os.path.exists(path):
         return path
+    sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(HERE, "tests"))
+    from export import BinSource
     from gguf_reference import gguf_encode, gguf_llama_kv, llama2_vocab_kv, write_gguf
     print(f"bench: writing {path}", file=sys.stderr)
-    with open(fp32, "rb") as f:
-        dim, hidden, layers, heads, kv_heads, vocab, seq_len = struct.unpack("<7i", f.read(28))
-    if vocab < 0:
+    source = BinSource(fp32)
+    c = source.config
+    if not c.shared_classifier:
         sys.exit(f"bench: {fp32}: an unshared classifier; gguf_model() writes shared ones only")
-    kv_dim = dim // heads * kv_heads
-    weights = np.memmap(fp32, dtype="<f4", mode="r", offset=28)
-    at = 0
 
-    def take(*shape):  # the legacy layout's next tensor
-        nonlocal at
-        n = int(np.prod(shape))
-        at += n
-        return weights[at - n:at].reshape(shape)
+    def tensor(gguf_name, name, layer=None):
+        w = source.tensor(name, layer)
+        kind = "F32" if w.ndim == 1 else "Q8_0"
+        return gguf_name, w.shape, kind, gguf_encode(w, kind)
 
-    embedding, rms_att = take(vocab, dim), take(layers, dim)
-    wq, wk, wv, wo = take(layers, dim, dim), take(layers, kv_dim, dim), take(layers, kv_dim, dim), take(layers, dim, dim)
-    rms_ffn, w1, w2, w3 = take(layers, dim), take(layers, hidden, dim), take(layers, dim, hidden), take(layers, hidden, dim)
-    rms_final = take(dim)
-    tensors = [("token_embd.weight", embedding.shape, "Q8_0", gguf_encode(embedding, "Q8_0"))]
-    for layer in range(layers):
-        for short, tensor in (("attn_norm", rms_att), ("attn_q", wq), ("attn_k", wk), ("attn_v", wv),
-                              ("attn_output", wo), ("ffn_norm", rms_ffn), ("ffn_gate", w1), ("ffn_up", w3),
-                              ("ffn_down", w2)):
-            kind = "F32" if short.endswith("norm") else "Q8_0"
-            tensors.append((f"blk.{layer}.{short}.weight", tensor[layer].shape, kind, gguf_encode(tensor[layer], kind)))
-    tensors.append(("output_norm.weight", rms_final.shape, "F32", gguf_encode(rms_final, "F32")))
-    config = {"hidden_size": dim, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-              "num_hidden_layers": layers, "intermediate_size": hidden, "max_position_embeddings": seq_len,
-              "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "vocab_size": vocab}
+    names = (("attn_norm", "attention_norm"), ("attn_q", "wq"), ("attn_k", "wk"), ("attn_v", "wv"),
+             ("attn_output", "wo"), ("ffn_norm", "ffn_norm"), ("ffn_gate", "w1"), ("ffn_up", "w3"),
+             ("ffn_down", "w2"))
+    tensors = [tensor("token_embd.weight", "tok_embeddings")]
+    tensors += [tensor(f"blk.{layer}.{short}.weight", ours, layer) for layer in range(c.n_layers)
+                for short, ours in names]
+    tensors.append(tensor("output_norm.weight", "norm"))
+    config = {"hidden_size": c.dim, "num_attention_heads": c.n_heads, "num_key_value_heads": c.n_kv_heads,
+              "num_hidden_layers": c.n_layers, "intermediate_size": c.hidden_dim,
+              "max_position_embeddings": c.seq_len, "rope_theta": c.rope_theta, "rms_norm_eps": c.norm_eps,
+              "vocab_size": c.vocab_size}
     try:
         vocab_kv = llama2_vocab_kv(os.path.join(SHARED, "tokenizer", "llama2.model"))
     except ImportError:
         sys.exit("bench: writing the GGUF's vocabulary for llama.cpp needs sentencepiece (python3-sentencepiece)")
-    kv = gguf_llama_kv(config, 7) + vocab_kv  # 7: Q8_0
-    write_gguf(path + ".tmp", kv, tensors)
+    write_gguf(path + ".tmp", gguf_llama_kv(config, 7) + vocab_kv, tensors)  # 7: Q8_0
     os.replace(path + ".tmp", path)
     return path
 
