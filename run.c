@@ -1861,6 +1861,7 @@ typedef struct {
     uint64_t rng_state;
     ProbIndex *probindex;   /* scratch for top-k, top-p and min-p */
     void (*softmax)(float *x, int n); /* softmax(), or its fast twin from Part II */
+    int (*argmax)(const float *x, int n); /* sample_argmax(), or its fast twin */
     /* the answer's distinct tokens, in the order they first came (kept only
        with a presence penalty; allocated at the first) */
     int *answer, n_answer;
@@ -2063,7 +2064,7 @@ static int sample_candidates(Sampler *s, const float *probs, float coin) {
    (greedy: with the penalised logits). */
 static int sample(Sampler *s, float *logits) {
     penalize(s, logits);
-    if (s->temperature == 0.0f) return sample_argmax(logits, s->vocab_size);
+    if (s->temperature == 0.0f) return s->argmax(logits, s->vocab_size);
     for (int i = 0; i < s->vocab_size; i++) logits[i] /= s->temperature;
     s->softmax(logits, s->vocab_size);
     return sample_candidates(s, logits, random_f32(&s->rng_state));
@@ -2274,7 +2275,10 @@ typedef struct {
     void (*matvec_q4k)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end);
     void (*matvec_q6k)(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end);
     void (*softmax)(float *x, int n);
+    int (*argmax)(const float *x, int n);
     void (*swiglu)(float *hb, const float *hb2, int n);
+    /* rmsnorm() of the rows of T tokens, [T][n] */
+    void (*rmsnorm_tokens)(float *out, const float *x, const float *weight, int T, int n, float eps);
     /* attention_head() for the n_heads query heads of n_tokens consecutive
        tokens (positions pos, pos + 1, ...) that share KV head kv_head of the
        layer; q and out are rows of dim floats from the first of those heads
@@ -2319,9 +2323,14 @@ static void attention_block_plain(float *out, const float *q, int n_tokens, int 
         }
 }
 
+static void rmsnorm_tokens(float *out, const float *x, const float *weight, int T, int n, float eps) {
+    for (int t = 0; t < T; t++) rmsnorm(out + (size_t)t * n, x + (size_t)t * n, weight, n, eps);
+}
+
 static const KernelSet plain_kernels = {
     .name = "plain", .cpu_has = cpu_has_always, .matvec = matvec, .quantize = quantize, .matvec_q8 = matvec_q8,
-    .matvec_q4k = matvec_q4k, .matvec_q6k = matvec_q6k, .softmax = softmax, .swiglu = swiglu,
+    .matvec_q4k = matvec_q4k, .matvec_q6k = matvec_q6k, .softmax = softmax, .argmax = sample_argmax, .swiglu = swiglu,
+    .rmsnorm_tokens = rmsnorm_tokens,
     .attention_block = attention_block_plain,
 };
 
@@ -4162,6 +4171,61 @@ static inline __attribute__((always_inline)) void softmax_body(float *x, int n, 
     divide_body(x, n, sum);
 }
 
+/* sample_argmax(), 8 at a time. Each lane keeps the first index of its
+   largest value, starting from x[0] (so that, as in the plain scan, a NaN
+   there is never beaten and NaNs elsewhere never win); the first index is
+   then the lowest of the lanes that hold the largest value. */
+static inline __attribute__((always_inline)) int argmax_body(const float *x, int n) {
+    f32x8 best;
+    i32x8 at = {0}, index = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int l = 0; l < 8; l++) best[l] = x[0];
+    int i = 0;
+    for (; i + 8 <= n; i += 8, index += 8) {
+        f32x8 v;
+        memcpy(&v, x + i, sizeof v);
+        i32x8 greater = v > best;
+        best = (f32x8)(((i32x8)v & greater) | ((i32x8)best & ~greater));
+        at = (index & greater) | (at & ~greater);
+    }
+    int lane = 0;
+    for (int l = 1; l < 8; l++)
+        if (best[l] > best[lane] || (best[l] == best[lane] && at[l] < at[lane])) lane = l;
+    int result = at[lane];
+    float max = best[lane];
+    for (; i < n; i++)
+        if (x[i] > max) max = x[i], result = i;
+    return result;
+}
+
+/* rmsnorm() of T tokens' rows, 8 tokens at a time with token t in lane t:
+   each sum of squares is a chain of adds in rmsnorm()'s order, and the 8
+   chains run side by side instead of one after another. */
+static inline __attribute__((always_inline)) void
+rmsnorm_tokens_body(float *out, const float *x, const float *weight, int T, int n, float eps, TransposeFn transpose) {
+    int t0 = 0;
+    for (; t0 + 8 <= T; t0 += 8) {
+        const float *rows = x + (size_t)t0 * n;
+        f32x8 ss = {0}, col[8];
+        int i = 0;
+        for (; i + 8 <= n; i += 8) {
+            transpose(col, rows + i, n);
+            for (int k = 0; k < 8; k++) ss += col[k] * col[k];
+        }
+        for (; i < n; i++)
+            for (int t = 0; t < 8; t++) ss[t] += rows[(size_t)t * n + i] * rows[(size_t)t * n + i];
+        for (int t = 0; t < 8; t++) {
+            float scale = ss[t];
+            scale /= n;
+            scale += eps;
+            scale = 1.0f / sqrtf(scale);
+            const float *row = rows + (size_t)t * n;
+            float *dst = out + (size_t)(t0 + t) * n;
+            for (int j = 0; j < n; j++) dst[j] = weight[j] * (scale * row[j]);
+        }
+    }
+    rmsnorm_tokens(out + (size_t)t0 * n, x + (size_t)t0 * n, weight, T - t0, n, eps);
+}
+
 /* swiglu(): hb = hb * (1 / (1 + exp(-hb))) * hb2, 8 at a time. */
 static inline __attribute__((always_inline)) void swiglu_body(float *hb, const float *hb2, int n, ExpFn exp8) {
     const f32x8 one = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -5320,11 +5384,15 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
                               transpose); \
     } \
     static TARGET void softmax_##set(float *x, int n) { softmax_body(x, n, exp8); } \
+    static TARGET int argmax_##set(const float *x, int n) { return argmax_body(x, n); } \
+    static TARGET void rmsnorm_tokens_##set(float *out, const float *x, const float *weight, int T, int n, float eps) { \
+        rmsnorm_tokens_body(out, x, weight, T, n, eps, transpose); \
+    } \
     static TARGET void swiglu_##set(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, exp8); } \
     static const KernelSet set##_kernels = { \
         .name = #set, .cpu_has = cpu, .matvec = matvec_##set, .quantize = quantize_fn, \
         .matvec_q8 = q8_fn, .matvec_q4k = q4k_fn, .matvec_q6k = q6k_fn, .softmax = softmax_##set, \
-        .swiglu = swiglu_##set, \
+        .argmax = argmax_##set, .swiglu = swiglu_##set, .rmsnorm_tokens = rmsnorm_tokens_##set, \
         .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
         .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_pairs_##set, \
         .matmul_q8_tokens = matmul_q8_tokens_##set, .matmul_q4k_tokens = q4k_tokens_fn, \
@@ -5458,7 +5526,7 @@ KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2,
 static const KernelSet avx512_kernels = {
     .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
     .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k_avx2, .matvec_q6k = matvec_q6k_avx2,
-    .softmax = softmax_avx512, .swiglu = swiglu_avx512,
+    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rmsnorm_tokens = rmsnorm_tokens_avx2,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 2,
     .prepare_q8_tokens = prepare_q8_madd, .matmul_q8_tokens = matmul_q8_tokens_avx512,
@@ -5468,7 +5536,7 @@ static const KernelSet avx512_kernels = {
 static const KernelSet vnni_kernels = {
     .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
     .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k_vnni, .matvec_q6k = matvec_q6k_vnni,
-    .softmax = softmax_avx512, .swiglu = swiglu_avx512,
+    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rmsnorm_tokens = rmsnorm_tokens_avx2,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
@@ -5706,23 +5774,25 @@ static void matmul(Batch *b, const float *x, int n, int T, const Projection *pro
 typedef struct {
     float *out;
     const float *x, *weight;
-    int dim;
+    int dim, T;
     float eps;
 } NormJob;
 
-/* Units are tokens. */
+/* Units are blocks of 8 tokens, which the kernel set takes side by side. */
 static void norm_task(void *ctx, int begin, int end, int thread) {
     NormJob *job = ctx;
+    int first = 8 * begin, last = 8 * end < job->T ? 8 * end : job->T;
     (void)thread;
-    for (int t = begin; t < end; t++)
-        rmsnorm(job->out + (size_t)t * job->dim, job->x + (size_t)t * job->dim, job->weight, job->dim, job->eps);
+    kernels->rmsnorm_tokens(job->out + (size_t)first * job->dim, job->x + (size_t)first * job->dim, job->weight,
+                            last - first, job->dim, job->eps);
 }
 
-/* rmsnorm() of each of T tokens' rows, on all threads (its sum of squares is a
-   chain of dependent adds, each about as slow as four multiply-adds). */
+/* rmsnorm() of each of T tokens' rows, on all threads when there are many: a
+   block of 8 costs about one chain of dim adds (each as slow as four
+   multiply-adds) and 8 rows scaled. */
 static void rmsnorm_batch(float *out, const float *x, const float *weight, int T, int dim, float eps) {
-    NormJob job = {out, x, weight, dim, eps};
-    parallel_for(norm_task, &job, T, 4.0 * T * dim);
+    NormJob job = {out, x, weight, dim, T, eps};
+    parallel_for(norm_task, &job, (T + 7) / 8, 12.0 * ((T + 7) / 8) * dim);
 }
 
 typedef struct {
@@ -5958,18 +6028,23 @@ typedef struct {
 } Model;
 
 /* Chooses the kernel set (RUN_KERNELS caps it) and starts the threads, once
-   for every model; returns the sampler's softmax (Part I's, or its fast twin). */
-typedef void (*SoftmaxFn)(float *x, int n);
-static SoftmaxFn start_compute(int n_threads) {
+   for every model; returns the sampler's softmax and argmax (Part I's, or
+   their fast twins). */
+typedef struct {
+    void (*softmax)(float *x, int n);
+    int (*argmax)(const float *x, int n);
+} SamplingKernels;
+
+static SamplingKernels start_compute(int n_threads) {
     const char *cap = getenv("RUN_KERNELS");
 #ifdef RUN_PLAIN
     if (cap && strcmp(cap, "plain") != 0) fail("RUN_KERNELS=%s: this build has only the plain kernels (RUN_PLAIN)", cap);
     (void)n_threads;
-    return softmax;
+    return (SamplingKernels){softmax, sample_argmax};
 #else
     kernels = choose_kernels(cap);
     start_threads(n_threads);
-    return kernels->softmax;
+    return (SamplingKernels){kernels->softmax, kernels->argmax};
 #endif
 }
 
@@ -7279,7 +7354,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
         }
     double start = seconds_now();
     if (sc.n_waiting > 0) {
-        SoftmaxFn fast_softmax = start_compute((int)o->threads);
+        SamplingKernels fast = start_compute((int)o->threads);
         start_model(m, longest, (int)pool_blocks, o->cache);
         init_block_pool(&sc.pool, (int)pool_blocks);
         ProbIndex *probindex = xmalloc(c->vocab_size * sizeof(ProbIndex));
@@ -7289,7 +7364,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
             seq->sampler = (Sampler){.vocab_size = c->vocab_size, .temperature = q->temperature, .topp = q->topp,
                                      .topk = (int)q->topk, .minp = q->minp, .presence_penalty = q->presence_penalty,
                                      .rng_state = q->seed > 0 ? (uint64_t)q->seed : (uint64_t)time(NULL),
-                                     .probindex = probindex, .softmax = fast_softmax};
+                                     .probindex = probindex, .softmax = fast.softmax, .argmax = fast.argmax};
             seq->blocks = xmalloc(longest_blocks * sizeof(int));
             seq->keys = m->state.key_cache, seq->values = m->state.value_cache;
             seq->keys.blocks = seq->values.blocks = seq->blocks;
@@ -7490,7 +7565,7 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
        generate to run on by shifting it */
     long long steps = o->steps == 0 || (o->steps > c->seq_len && !o->roll) ? c->seq_len : o->steps;
     int context = steps < c->seq_len ? (int)steps : c->seq_len; /* positions the caches hold */
-    SoftmaxFn fast_softmax = start_compute((int)o->threads);
+    SamplingKernels fast = start_compute((int)o->threads);
     start_model(m, context, 0, o->cache);
     Model draft;
     Decoder d = {.lookup = (int)o->lookup, .max_draft = (int)(o->max_draft ? o->max_draft : o->draft ? 6 : 8)};
@@ -7507,7 +7582,8 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
     Sampler sampler = {.vocab_size = c->vocab_size, .temperature = o->temperature, .topp = o->topp, .topk = (int)o->topk,
                        .minp = o->minp, .presence_penalty = o->presence_penalty,
                        .rng_state = o->seed > 0 ? (uint64_t)o->seed : (uint64_t)time(NULL),
-                       .probindex = xmalloc(c->vocab_size * sizeof(ProbIndex)), .softmax = fast_softmax};
+                       .probindex = xmalloc(c->vocab_size * sizeof(ProbIndex)), .softmax = fast.softmax,
+                       .argmax = fast.argmax};
     if (o->mode == GENERATE) generate(m, &d, tok, &sampler, text, (int)steps);
     else chat(m, &d, tok, &sampler, text[0] ? text : NULL, o->system_prompt, o->thinking);
     free(sampler.probindex);

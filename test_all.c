@@ -2188,7 +2188,8 @@ static void test_presence_penalty(void) {
         free_answer(&s);
     }
     float greedy_logits[3] = {1.0f, 3.0f, 2.5f};
-    Sampler greedy = {.vocab_size = 3, .presence_penalty = 1.0f, .probindex = scratch, .softmax = softmax};
+    Sampler greedy = {.vocab_size = 3, .presence_penalty = 1.0f, .probindex = scratch, .softmax = softmax,
+                      .argmax = sample_argmax};
     add_to_answer(&greedy, 1);
     check(sample(&greedy, greedy_logits) == 2, "greedy with a presence penalty: 3 - 1 < 2.5, so token 2");
     free_answer(&greedy);
@@ -2720,6 +2721,48 @@ static void test_attention_block(void) {
     }
 }
 
+/* The fast rmsnorm of many tokens against rmsnorm() of each, bit for bit, at
+   token counts and widths around the 8 lanes, and in place (the classifier's
+   rows are normalised where they are). */
+static void test_fast_rmsnorm_tokens(void) {
+    static const int tokens[] = {1, 7, 8, 9, 16, 23, 64}, widths[] = {1, 5, 8, 13, 64, 768};
+    for (size_t a = 0; a < sizeof tokens / sizeof tokens[0]; a++)
+        for (size_t b = 0; b < sizeof widths / sizeof widths[0]; b++) {
+            int T = tokens[a], n = widths[b];
+            float *x = random_tensor(T * n, 4, -2), *weight = random_tensor(n, 2, 0);
+            float *plain = malloc((size_t)T * n * sizeof(float)), *fast = malloc((size_t)T * n * sizeof(float));
+            for (int t = 0; t < T; t++) rmsnorm(plain + (size_t)t * n, x + (size_t)t * n, weight, n, 1e-5f);
+            kernels->rmsnorm_tokens(fast, x, weight, T, n, 1e-5f);
+            check(memcmp(plain, fast, (size_t)T * n * sizeof(float)) == 0, "%s rmsnorm_tokens (T %d, n %d) differs from rmsnorm",
+                  kernels->name, T, n);
+            kernels->rmsnorm_tokens(x, x, weight, T, n, 1e-5f);
+            check(memcmp(plain, x, (size_t)T * n * sizeof(float)) == 0, "%s rmsnorm_tokens (T %d, n %d) in place differs",
+                  kernels->name, T, n);
+            free(x), free(weight), free(plain), free(fast);
+        }
+}
+
+/* The fast argmax against sample_argmax(), whose own test checks it against
+   its definition (the first of equal maxima): values from a few, so that
+   maxima repeat in several lanes, with NaNs, infinities and both zeros,
+   at lengths around the 8 lanes. */
+static void test_fast_argmax(void) {
+    static const float values[] = {1.0f, 2.0f, 2.0f, -3.0f, 0.0f, -0.0f, NAN, INFINITY, -INFINITY, 0.5f};
+    static const int sizes[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 100, 32000};
+    uint64_t rng = 7;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        for (int trial = 0; trial < 200; trial++) {
+            int n = sizes[k];
+            float *x = malloc(n * sizeof(float));
+            int palette = 2 + trial % 9; /* the first `palette` values: some trials without NaN or infinities */
+            for (int i = 0; i < n; i++) x[i] = values[random_u32(&rng) % palette];
+            if (trial % 7 == 0) x[random_u32(&rng) % n] = 3.0f; /* one maximum alone */
+            int plain = sample_argmax(x, n), fast = kernels->argmax(x, n);
+            check(plain == fast, "%s argmax (n %d, trial %d): %d, sample_argmax %d", kernels->name, n, trial, fast, plain);
+            free(x);
+        }
+}
+
 /* The fast softmax and swiglu against the plain ones, bit for bit, with
    values far enough apart that exponentials underflow and overflow; then
    swiglu over every 997th float bit pattern and the edges of expf's ranges,
@@ -2791,6 +2834,8 @@ static void test_kernel_sets(void) {
         test_batched_matmul();
         test_attention_block();
         test_fast_softmax_swiglu();
+        test_fast_argmax();
+        test_fast_rmsnorm_tokens();
         kernels = &plain_kernels;
     }
 }
@@ -3389,7 +3434,7 @@ static void test_draft_stops_when_unsure(void) {
     RunState replay;
     init_run_state(&replay, &dm.ck.config, 256, 0, CACHE_FP32);
     Sampler greedy = {.vocab_size = vocab, .topp = 0.9f, .rng_state = 1, .probindex = malloc(vocab * sizeof(ProbIndex)),
-                      .softmax = softmax};
+                      .softmax = softmax, .argmax = sample_argmax};
     Decoder d = {.draft = &dm, .max_draft = LIMIT};
     d.draft_probs = malloc((size_t)LIMIT * vocab * sizeof(float));
     float *probs = malloc(vocab * sizeof(float));
@@ -3564,7 +3609,8 @@ static double check_shifted_cache(const char *what, Model *m, const int *tokens,
 static void decode_with_shifts(const char *what, Model *m, Decoder *d, const int *prompt, int n_prompt, int total,
                                TokenList *history) {
     Sampler greedy = {.vocab_size = m->ck.config.vocab_size, .topp = 0.9f, .rng_state = 1,
-                      .probindex = malloc(m->ck.config.vocab_size * sizeof(ProbIndex)), .softmax = softmax};
+                      .probindex = malloc(m->ck.config.vocab_size * sizeof(ProbIndex)), .softmax = softmax,
+                      .argmax = sample_argmax};
     int n_pos = m->state.n_pos, rule_kept = 1, context_ok = 1;
     d->seq.n = 0, d->draft_pos = 0, d->dropped = 0, d->shifts = 0, d->n_keep = n_prompt;
     history->n = 0;
