@@ -2125,7 +2125,7 @@ typedef struct {
     pthread_cond_t wake;
     Task task; /* the current job: its task, context and units */
     void *ctx;
-    int n_units, grab;
+    int n_units;
     atomic_int *next; /* [n_threads]: the first unit of each thread's share that no thread has taken yet */
     /* The job's generation (high 32 bits), whether it is closed (bit 31) and
        how many workers are inside it (low bits). A worker joins only an open
@@ -2148,17 +2148,23 @@ static inline void cpu_relax(void) {
 /* Thread t's share of the job's units: [share_begin(t), share_begin(t + 1)). */
 static int share_begin(int t) { return (int)((long long)pool.n_units * t / pool.n_threads); }
 
-/* Takes units a few at a time until none are left: first from this thread's
-   own share, so that it reads the same weight rows token after token (they
-   stay in its core's cache), then from the others' shares: a thread that runs
-   faster, or whose partner is off its core, simply takes more. */
+/* Takes units until none are left: first from this thread's own share, so
+   that it reads the same weight rows token after token (they stay in its
+   core's cache), then from the others' shares: a thread that runs faster, or
+   whose partner is off its core, simply takes more. Each grab is a part of
+   what is left of the share, so they shrink to one unit at its end, and the
+   threads finish at most a unit apart. */
 static void take_units(int thread) {
     for (int k = 0; k < pool.n_threads; k++) {
         int share = (thread + k) % pool.n_threads, end = share_begin(share + 1);
+        int begin = atomic_load(&pool.next[share]);
         for (;;) {
-            int begin = atomic_fetch_add(&pool.next[share], pool.grab);
+            int grab = (end - begin) / (2 * pool.n_threads);
+            if (grab < 1) grab = 1;
             if (begin >= end) break;
-            pool.task(pool.ctx, begin, begin + pool.grab < end ? begin + pool.grab : end, thread);
+            if (!atomic_compare_exchange_weak(&pool.next[share], &begin, begin + grab)) continue;
+            pool.task(pool.ctx, begin, begin + grab, thread);
+            begin = atomic_load(&pool.next[share]);
         }
     }
 }
@@ -2200,7 +2206,6 @@ static void parallel_for(Task task, void *ctx, int n_units, double work) {
     pool.task = task;
     pool.ctx = ctx;
     pool.n_units = n_units;
-    pool.grab = n_units / (8 * pool.n_threads) > 1 ? n_units / (8 * pool.n_threads) : 1;
     for (int t = 0; t < pool.n_threads; t++) atomic_store(&pool.next[t], share_begin(t));
     pthread_mutex_lock(&pool.lock);
     atomic_store(&pool.state, ((atomic_load(&pool.state) >> 32) + 1) << 32); /* a new, open, empty job */
