@@ -2152,8 +2152,8 @@ static int share_begin(int t) { return (int)((long long)pool.n_units * t / pool.
    that it reads the same weight rows token after token (they stay in its
    core's cache), then from the others' shares: a thread that runs faster, or
    whose partner is off its core, simply takes more. Each grab is a part of
-   what is left of the share, so they shrink to one unit at its end, and the
-   threads finish at most a unit apart. */
+   what is left of the share, so grabs shrink to one unit as the shares run
+   out, and a thread rarely waits long for the other's last one. */
 static void take_units(int thread) {
     for (int k = 0; k < pool.n_threads; k++) {
         int share = (thread + k) % pool.n_threads, end = share_begin(share + 1);

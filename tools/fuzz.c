@@ -256,11 +256,12 @@ static void exercise_model(const uint8_t *data, size_t size) {
     /* both KV caches, picked by the input's length: the int8 one quantizes
        whatever the model computes (NaN, infinities) */
     init_run_state(&s, c, c->seq_len, 0, size % 2 ? CACHE_INT8 : CACHE_FP32);
-    init_batch(&b, c, &s, 1, 0);
+    init_batch(&b, c, &s, 1);
     /* the other samplers on by the input's length too: top-k, min-p, the presence penalty */
     Sampler sampler = {.vocab_size = c->vocab_size, .temperature = 1.0f, .topp = 0.9f, .topk = (int)(size % 7),
                        .minp = size % 3 ? 0.05f : 0.0f, .presence_penalty = size % 5 ? 1.5f : 0.0f, .rng_state = 42,
-                       .probindex = xmalloc((size_t)c->vocab_size * sizeof(ProbIndex)), .softmax = softmax};
+                       .probindex = xmalloc((size_t)c->vocab_size * sizeof(ProbIndex)), .softmax = softmax,
+                       .argmax = kernels->argmax};
     int tokens[3] = {BOS_ID, 0, 0};
     for (int i = 1; i < 3; i++) tokens[i] = size > (size_t)i ? data[size - i] % c->vocab_size : 0;
     int n = c->seq_len < 3 ? c->seq_len : 3;
