@@ -148,6 +148,7 @@ typedef struct {
     int group_size;      /* int8 */
     const uint8_t *q4k;
     const uint8_t *q6k;
+    const uint8_t *packed; /* int8 with Part II's vnni kernels: a copy, rearranged (pack_q8_matrix()) */
 } Matrix;
 
 typedef struct {
@@ -2313,7 +2314,41 @@ typedef struct {
     /* and for q6k weights, the same way */
     void (*matmul_q6k_tokens)(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
                               int begin, int end);
+    /* matmul_q8_tokens reads int8 matrices packed at load (pack_weights()),
+       and takes T = 1 too */
+    int packs_q8;
 } KernelSet;
+
+/* The vnni set's int8 matrices, copied at load (pack_weights()) in the order
+   its kernel reads them: per 16 rows and 64 bytes of each, vector k holds
+   every row's k-th 4 bytes, as w + 128 (vpdpbusd multiplies unsigned by
+   signed bytes). Read in place, 16 rows side by side cost 16 shuffles per 64
+   bytes and 16 streams for the prefetchers; packed, one stream and none (the
+   matmuls of an 8-token step at stories110M's shape on Zen 4: 4.95 -> 3.95
+   ms, of one token 3.7 -> 3.2). Whole blocks of 16 rows, rows of whole
+   64-byte pieces, groups of 32 or more. */
+static int q8_packable(int n, int group_size) { return n % 64 == 0 && group_size % 32 == 0; }
+
+/* A packed block: 16 rows' weights, then their scales, group g's 16 side by side. */
+static size_t q8_packed_block_bytes(int n, int group_size) { return (size_t)16 * n + (size_t)64 * (n / group_size); }
+
+static void pack_q8_blocks(uint8_t *packed, const Matrix *w, int n, int first_block, int end_block) {
+    int groups = n / w->group_size;
+    for (int block = first_block; block < end_block; block++) {
+        uint8_t *out = packed + (size_t)block * q8_packed_block_bytes(n, w->group_size);
+        for (int c = 0; c < n / 64; c++) {
+            uint32_t *piece = (uint32_t *)(out + (size_t)1024 * c);
+            for (int l = 0; l < 16; l++) {
+                uint32_t words[16];
+                memcpy(words, w->q + (size_t)(16 * block + l) * n + 64 * c, sizeof words);
+                for (int k = 0; k < 16; k++) piece[16 * k + l] = words[k] ^ 0x80808080u; /* + 128 in each byte */
+            }
+        }
+        float *scales = (float *)(out + (size_t)16 * n);
+        for (int l = 0; l < 16; l++)
+            for (int g = 0; g < groups; g++) scales[16 * g + l] = w->scale[(size_t)(16 * block + l) * groups + g];
+    }
+}
 
 static int cpu_has_always(void) { return 1; }
 
@@ -5194,87 +5229,75 @@ static inline __attribute__((always_inline)) VNNI __m512i dpbusd_broadcast(__m51
     return acc;
 }
 
-/* Sixteen rows for T tokens, lane l for row + l, 8 tokens at a time (the
-   layouts hold zeros up to a multiple of 8). Each 64 bytes of the 16 rows, as
-   w + 128, are transposed (as 16 x 16 int32s) so that vector k holds every
-   row's k-th 4 bytes, and vpdpbusd takes it against a token's 4 inputs there,
-   broadcast: a shuffle per 2 vpdpbusd or fewer, rather than a broadcast per
-   one or two (q8_pairs_row_vnni(), group_dots_vnni()). Less 128 * sum(x), each
-   group's sums are exact, and its float steps the plain kernel's. The next 16
-   rows' weights are asked for in order, a line per vector k (16 at once
-   stall: stories110M's shape at -b 8 ran about 6% slower). */
+/* Sixteen packed rows for T tokens, lane l for row + l, `lanes` (1 or 8)
+   tokens at a time (the layouts hold zeros up to a multiple of 8): vpdpbusd
+   takes vector k against a token's 4 inputs there, broadcast. Less 128 *
+   sum(x), each group's sums are exact, and its float steps the plain
+   kernel's. */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
-               int row, int T, int pairs) {
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const int8_t *weights = w->q + (size_t)row * n;
-    uintptr_t next = (uintptr_t)weights + (size_t)16 * n; /* an address only: past the last block, no row */
-    int groups = n / group_size, n_tokens = (T + 7) / 8 * 8;
+               int row, int T, int pairs, int lanes) {
+    const uint8_t *block = w->packed + (size_t)row / 16 * q8_packed_block_bytes(n, group_size);
+    const __m512i *pieces = (const __m512i *)block;
+    const float *scales = (const float *)(block + (size_t)16 * n); /* group g's: 16 floats at 16 * g */
+    size_t ahead = q8_packed_block_bytes(n, group_size); /* the next block's weights, asked for as these are read */
+    int n_tokens = (T + lanes - 1) / lanes * lanes;
     float val[MAX_BATCH][16];          /* in memory: the registers hold the 16 vectors and 8 sums */
     int32_t sums[MAX_BATCH][16];       /* groups wider than 64 bytes: the sums so far */
-    __m512 scales[16]; /* the 16 rows' weight scales of 16 groups, group g's in scales[g % 16] */
     for (int t = 0; t < n_tokens; t++) _mm512_storeu_ps(val[t], _mm512_setzero_ps()), memset(sums[t], 0, sizeof sums[t]);
     for (int c = 0; c < n / 64; c++) {
-        __m512 v[16];
-        for (int l = 0; l < 16; l++)
-            v[l] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_loadu_si512(weights + (size_t)l * n + 64 * c), flip));
-        transpose16(v);
-        if (64 * c % group_size == 0 && 64 * c / group_size % 16 == 0) {
-            int g = 64 * c / group_size;
-            __mmask16 present = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
-            for (int l = 0; l < 16; l++) scales[l] = _mm512_maskz_loadu_ps(present, w->scale + (size_t)(row + l) * groups + g);
-            transpose16(scales);
-        }
-        for (int t0 = 0; t0 < n_tokens; t0 += 8) {
+        __m512i v[16];
+        for (int k = 0; k < 16; k++) v[k] = _mm512_load_si512(pieces + 16 * c + k);
+        for (int t0 = 0; t0 < n_tokens; t0 += lanes) {
             __m512i acc[8];
-            for (int t = 0; t < 8; t++)
+            for (int t = 0; t < lanes; t++)
                 acc[t] = 64 * c % group_size ? _mm512_loadu_si512(sums[t0 + t]) : _mm512_setzero_si512();
 #pragma GCC unroll 16
             for (int k = 0; k < 16; k++) {
                 /* token t0 + t's 4 inputs at 64 * c + 4 * k: x[2 * t] (pairs) or x[t] */
                 const int32_t *x = pairs ? in.x + (size_t)(8 * c + k / 2) * 16 + k % 2
                                          : in.x + (size_t)(16 * c + k) * width + t0;
-                if (t0 == 0) __builtin_prefetch((const void *)(next + (size_t)(16 * c + k) * 64), 0, 2);
+                if (t0 == 0) __builtin_prefetch((const char *)(pieces + 16 * c + k) + ahead, 0, 2);
 #pragma GCC unroll 8
-                for (int t = 0; t < 8; t++)
-                    acc[t] = dpbusd_broadcast(acc[t], _mm512_castps_si512(v[k]), x + (pairs ? 2 * t : t));
+                for (int t = 0; t < lanes; t++) acc[t] = dpbusd_broadcast(acc[t], v[k], x + (pairs ? 2 * t : t));
                 int done = 64 * c + 4 * k + 4;
                 if (done % group_size) continue;
                 int g = done / group_size - 1;
-                for (int t = 0; t < 8; t++) {
+                for (int t = 0; t < lanes; t++) {
                     size_t at = (size_t)g * width + t0 + t;
                     __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t], _mm512_set1_epi32(in.bias[at])));
-                    __m512 term = _mm512_mul_ps(_mm512_mul_ps(ival, scales[g % 16]), _mm512_set1_ps(in.scale[at]));
+                    __m512 term = _mm512_mul_ps(_mm512_mul_ps(ival, _mm512_load_ps(scales + 16 * g)), _mm512_set1_ps(in.scale[at]));
                     _mm512_storeu_ps(val[t0 + t], _mm512_add_ps(_mm512_loadu_ps(val[t0 + t]), term));
                     acc[t] = _mm512_setzero_si512();
                 }
             }
             if ((64 * c + 64) % group_size)
-                for (int t = 0; t < 8; t++) _mm512_storeu_si512(sums[t0 + t], acc[t]);
+                for (int t = 0; t < lanes; t++) _mm512_storeu_si512(sums[t0 + t], acc[t]);
         }
     }
     for (int t = 0; t < T; t++) _mm512_storeu_ps(out + (size_t)t * out_stride + row, _mm512_loadu_ps(val[t]));
 }
 
-/* q8_rows16_vnni() for rows [begin, end) in blocks of 16, where the rows are
-   whole 64-byte pieces and groups of 32 or more; returns the first row left. */
+/* q8_rows16_vnni() for the packed blocks of 16 rows in [begin, end); returns
+   the first row left. */
 static inline __attribute__((always_inline)) VNNI int
 q8_blocks16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int T,
                  int begin, int end, int pairs) {
     int width = (T + 15) / 16 * 16, row = begin;
-    if (n % 64 == 0 && group_size % 32 == 0)
-        for (; row + 16 <= end; row += 16) {
-            /* the common group size as a constant: the float steps' tests fold away */
-            if (group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs);
-            else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs);
-        }
+    if (!w->packed || row % 16) return row;
+    for (; row + 16 <= end; row += 16) {
+        /* the common group size and one token as constants: the float steps' tests fold away */
+        if (T == 1 && group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 1);
+        else if (T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 1);
+        else if (group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 8);
+        else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 8);
+    }
     return row;
 }
 
-/* The batched int8 matmul for up to 8 tokens: 16 rows at a time where it
-   can, the rest a row at a time. Both read the weights in order: a forerunner
-   that read 16 rows side by side, 64 bytes of each in turn, reached half the
-   speed on Zen 4 or less. */
+/* The batched int8 matmul for up to 8 tokens: the packed blocks of 16 rows,
+   the rest a row at a time, in order (a forerunner that read 16 rows side by
+   side, 64 bytes of each in turn, reached half the speed on Zen 4 or less). */
 static VNNI void matmul_q8_pairs_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n,
                                       int group_size, int T, int begin, int end) {
     int width = (T + 15) / 16 * 16;
@@ -5285,7 +5308,7 @@ static VNNI void matmul_q8_pairs_vnni(float *out, size_t out_stride, Q8Tokens in
     }
 }
 
-/* 16 rows at a time where it can; the rest, up to 8 tokens a row at a time,
+/* The packed blocks of 16 rows; the rest, up to 8 tokens a row at a time,
    more with one token per lane. */
 static VNNI void matmul_q8_tokens_vnni(float *out, size_t out_stride, float *out_t, const void *scratch,
                                        const Matrix *w, int n, int group_size, int T, int begin, int end) {
@@ -5545,7 +5568,7 @@ static const KernelSet vnni_kernels = {
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
-    .matmul_q4k_tokens = matmul_q4k_tokens_vnni, .matmul_q6k_tokens = matmul_q6k_tokens_vnni,
+    .matmul_q4k_tokens = matmul_q4k_tokens_vnni, .matmul_q6k_tokens = matmul_q6k_tokens_vnni, .packs_q8 = 1,
 };
 #endif
 
@@ -5660,6 +5683,83 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads) {
     b->out_t = batch_buffer((size_t)n_threads * OUT_T_ROWS * MAX_BATCH, sizeof(float));
 }
 
+typedef struct {
+    const Matrix *w;
+    uint8_t *packed;
+    int n, release; /* release: w is the checkpoint's, whose pages can go */
+} PackJob;
+
+/* Gives back a checkpoint's pages, whole ones within [p, p + bytes): a
+   private file mapping reads them again from the file if they are touched. */
+static void release_pages(const void *p, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t first = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + bytes) / page * page;
+    if (first < end) madvise((void *)first, end - first, MADV_DONTNEED);
+}
+
+/* Units are blocks of 16 rows; the checkpoint's copy of them goes once packed,
+   so that the weights are in memory once (peak RSS: the file and a unit). */
+static void pack_task(void *ctx, int begin, int end, int thread) {
+    PackJob *job = ctx;
+    const int8_t *rows = job->w->q + (size_t)16 * begin * job->n;
+    size_t groups = job->n / job->w->group_size;
+    (void)thread;
+    pack_q8_blocks(job->packed, job->w, job->n, begin, end);
+    if (!job->release) return;
+    release_pages(rows, (size_t)16 * (end - begin) * job->n);
+    release_pages(job->w->scale + (size_t)16 * begin * groups, (size_t)16 * (end - begin) * groups * sizeof(float));
+}
+
+/* w's whole blocks of 16 rows of n values, packed; NULL if none or where the
+   kernel does not apply. release: w lies in the checkpoint's mapping, and the
+   pages of what is packed are given back. */
+static uint8_t *pack_q8_matrix(const Matrix *w, int rows, int n, int release) {
+    if (!w->q || !q8_packable(n, w->group_size) || rows < 16) return NULL;
+    size_t bytes = (size_t)rows / 16 * q8_packed_block_bytes(n, w->group_size), huge = (size_t)2 << 20;
+    uint8_t *packed = xaligned(bytes, 1, huge);
+#ifdef MADV_HUGEPAGE
+    if (bytes >= huge) madvise(packed, bytes / huge * huge, MADV_HUGEPAGE);
+#endif
+    PackJob job = {w, packed, n, release};
+    parallel_for(pack_task, &job, rows / 16, 64.0 * bytes);
+    if (release) { /* the pages that the units' edges shared */
+        release_pages(w->q, (size_t)rows / 16 * 16 * n);
+        release_pages(w->scale, (size_t)rows / 16 * 16 * (n / w->group_size) * sizeof(float));
+    }
+    return packed;
+}
+
+/* Every matmul's int8 matrix, packed where the kernel set reads them so. */
+static void pack_weights(Checkpoint *ck) {
+    if (!kernels->packs_q8) return;
+    const Config *c = &ck->config;
+    Weights *w = &ck->weights;
+    int q_dim = c->head_size * c->n_heads, kv_dim = c->head_size * c->n_kv_heads;
+    for (int l = 0; l < c->n_layers; l++) {
+        w->wq[l].packed = pack_q8_matrix(&w->wq[l], q_dim, c->dim, 1);
+        w->wk[l].packed = pack_q8_matrix(&w->wk[l], kv_dim, c->dim, 1);
+        w->wv[l].packed = pack_q8_matrix(&w->wv[l], kv_dim, c->dim, 1);
+        w->wo[l].packed = pack_q8_matrix(&w->wo[l], c->dim, q_dim, 1);
+        w->w1[l].packed = pack_q8_matrix(&w->w1[l], c->hidden_dim, c->dim, 1);
+        w->w2[l].packed = pack_q8_matrix(&w->w2[l], c->dim, c->hidden_dim, 1);
+        w->w3[l].packed = pack_q8_matrix(&w->w3[l], c->hidden_dim, c->dim, 1);
+    }
+    w->classifier.packed = pack_q8_matrix(&w->classifier, c->vocab_size, c->dim, 1);
+#ifdef MADV_NOHUGEPAGE
+    /* what the kernels still read there (scales, embedding rows) in small
+       pages: a 2 MB one would bring its packed rows back too */
+    madvise((void *)ck->data, ck->file_size, MADV_NOHUGEPAGE);
+#endif
+}
+
+static void free_packed_weights(Checkpoint *ck) {
+    Weights *w = &ck->weights;
+    Matrix *layers[] = {w->wq, w->wk, w->wv, w->wo, w->w1, w->w2, w->w3};
+    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++)
+        for (int l = 0; l < ck->config.n_layers; l++) free((void *)layers[i][l].packed), layers[i][l].packed = NULL;
+    free((void *)w->classifier.packed), w->classifier.packed = NULL;
+}
+
 static void free_batch(Batch *b) {
     free(b->x); free(b->xb); free(b->halves); free(b->att);
     free(b->rows); free(b->xq); free(b->xq_scale); free(b->x_t); free(b->q8_tokens); free(b->out_t);
@@ -5713,6 +5813,7 @@ static void project_rows(MatmulJob *job, const Projection *proj, float *out_t, i
             if (w->q) {
                 Matrix part = *w;
                 part.q += (size_t)row * n;
+                if (part.packed) part.packed += (size_t)row / 16 * q8_packed_block_bytes(n, gs);
                 part.scale += (size_t)row * (n / gs);
                 kernels->matmul_q8_tokens(proj->out + row, d, out_t, b->q8_tokens, &part, n, gs, T, 0, rows);
             } else {
@@ -5763,8 +5864,9 @@ static void matmul(Batch *b, const float *x, int n, int T, const Projection *pro
     }
     MatmulJob job = {b, x, n, T, group_size, 0, proj, count};
     if (group_size) {
-        job.batched = T > 1 && (blocks_of_256 ? kernels->matmul_q4k_tokens && kernels->matmul_q6k_tokens
-                                              : kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0);
+        job.batched = (T > 1 || proj[0].w->packed) &&
+                      (blocks_of_256 ? kernels->matmul_q4k_tokens && kernels->matmul_q6k_tokens
+                                     : kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0);
         /* a division and some twenty other steps per value: as slow as about 16 multiply-adds */
         parallel_for(quantize_task, &job, (T + 15) / 16, 16.0 * T * n);
     } else {
@@ -6070,12 +6172,14 @@ static void start_model(Model *m, int n_pos, int n_blocks, CacheType cache) {
     init_run_state(&m->state, &m->ck.config, n_pos, n_blocks, cache);
 #ifndef RUN_PLAIN
     init_batch(&m->batch, &m->ck.config, &m->state, pool.n_threads);
+    pack_weights(&m->ck);
 #endif
 }
 
 static void stop_model(Model *m) {
 #ifndef RUN_PLAIN
     free_batch(&m->batch);
+    free_packed_weights(&m->ck);
 #endif
     free_run_state(&m->state);
 }

@@ -1140,6 +1140,7 @@ static void test_batched_forward(const char *path, const char *what) {
             Batch b;
             init_run_state(&many, c, c->seq_len, 0, cache);
             init_batch(&b, c, &many, 2);
+            pack_weights(&ck); /* as start_model() does, for the sets that read int8 matrices packed */
             int batch_same = memcmp(after_batch, forward_tokens(&ck, &b, tokens, n, 0), c->vocab_size * sizeof(float)) == 0;
             int step_same = memcmp(after_step, forward_tokens(&ck, &b, tokens + n, 1, n), c->vocab_size * sizeof(float)) == 0;
             check(batch_same && step_same && same_cache(&one.key_cache, &many.key_cache, c) && same_cache(&one.value_cache, &many.value_cache, c),
@@ -1147,6 +1148,7 @@ static void test_batched_forward(const char *path, const char *what) {
                   "from forward() (batch logits %s, step logits %s)", what, n, kernels->name, cache_name,
                   batch_same ? "same" : "differ", step_same ? "same" : "differ");
             free_batch(&b);
+            free_packed_weights(&ck);
             free_run_state(&many);
             stop_threads();
         }
@@ -1219,6 +1221,21 @@ static void test_q4k_model(void) {
         random_weights(&m, 0.08f);
         /* about 1% seen (int8 with group size 256 about the same); a misread block is 10% and more */
         check_quantized_model(&m, 3, 32, 0.04, "v3 q4k");
+        free_tiny(&m);
+    }
+}
+
+/* Int8 matrices the vnni set packs at load: rows of whole 64-byte pieces,
+   groups of 32 and 64 (the classifier's 40 rows: 2 blocks of 16 and 8 rows
+   left as they are). */
+static void test_packed_int8_model(void) {
+    seek_random(2600231);
+    for (int shared = 0; shared <= 1; shared++) {
+        TinyModel m = {.dim = 256, .hidden = 512, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 40, .seq_len = 8,
+                       .shared = shared};
+        random_weights(&m, 0.08f);
+        check_quantized_model(&m, 2, 64, 0.04, "v2 (group size 64)");
+        check_quantized_model(&m, 2, 32, 0.04, "v2 (group size 32)");
         free_tiny(&m);
     }
 }
@@ -2593,16 +2610,22 @@ static void test_batched_matmul(void) {
                         matvec_q8(plain + t * d, xq, xs, &m, n, gs, 0, d);
                     }
                 }
-                /* two projections of the same input: all d rows, and the first 16 */
-                memset(fast, 0, (size_t)MAX_BATCH * d * sizeof(float));
-                memset(fast16, 0, (size_t)MAX_BATCH * 16 * sizeof(float));
-                Projection proj[2] = {{&m, fast, d}, {&m, fast16, 16}};
-                matmul(b, x, n, T, proj, 2);
-                int same16 = 1;
-                for (int t = 0; t < T; t++) same16 &= memcmp(plain + t * d, fast16 + t * 16, 16 * sizeof(float)) == 0;
-                check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0 && same16,
-                      "%s batched matmul of %d tokens (width %d, group size %d, 0 = fp32) on %d threads differs from plain matvecs",
-                      kernels->name, T, n, gs, threads);
+                /* as the checkpoint's, and packed where the set packs them (its whole blocks of 16 rows; the 5 left as they are) */
+                uint8_t *packed = gs && kernels->packs_q8 ? pack_q8_matrix(&m, d, n, 0) : NULL;
+                for (int pass = 0; pass < (packed ? 2 : 1); pass++) {
+                    m.packed = pass ? packed : NULL;
+                    /* two projections of the same input: all d rows, and the first 16 */
+                    memset(fast, 0, (size_t)MAX_BATCH * d * sizeof(float));
+                    memset(fast16, 0, (size_t)MAX_BATCH * 16 * sizeof(float));
+                    Projection proj[2] = {{&m, fast, d}, {&m, fast16, 16}};
+                    matmul(b, x, n, T, proj, 2);
+                    int same16 = 1;
+                    for (int t = 0; t < T; t++) same16 &= memcmp(plain + t * d, fast16 + t * 16, 16 * sizeof(float)) == 0;
+                    check(memcmp(plain, fast, (size_t)T * d * sizeof(float)) == 0 && same16,
+                          "%s batched matmul of %d tokens (width %d, group size %d, 0 = fp32%s) on %d threads differs from plain matvecs",
+                          kernels->name, T, n, gs, pass ? ", packed" : "", threads);
+                }
+                free(packed);
             }
             /* q4k, q6k and int8 (group 4) on the same input: matmul() quantizes it once for q4k and q6k, again for int8 */
             int T = batch[k];
@@ -4584,6 +4607,7 @@ int main(void) {
 
     /* checkpoints */
     test_forward_matches_reference();
+    test_packed_int8_model();
     test_q4k_model();
     test_q6k_model();
     test_checkpoint_errors(tokenizer);
