@@ -170,6 +170,7 @@ typedef struct {
     const uint8_t *data; /* the whole file, memory-mapped read-only */
     size_t file_size;
     int32_t *types;      /* version 3: the type table, as read and checked (type, group size per matrix) */
+    uint8_t *packed;     /* Part II's vnni kernels: the int8 matrices' copy (pack_weights()), or NULL */
 } Checkpoint;
 
 /* ------------------------------------------------------------------------- */
@@ -5686,78 +5687,149 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads) {
 typedef struct {
     const Matrix *w;
     uint8_t *packed;
-    int n, release; /* release: w is the checkpoint's, whose pages can go */
+    int n, blocks, parts; /* the blocks of 16 rows, in `parts` runs */
+    int release;          /* w is the checkpoint's, whose pages can go */
 } PackJob;
 
-/* Gives back a checkpoint's pages, whole ones within [p, p + bytes): a
-   private file mapping reads them again from the file if they are touched. */
-static void release_pages(const void *p, size_t bytes) {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t first = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + bytes) / page * page;
+/* Gives back the checkpoint's pages within [p, p + bytes), with `edges` also
+   the two it shares with its neighbours. A private file mapping reads a page
+   again from the file when it is touched, and with it (fault-around) up to
+   64 KB about it: the edges go once nothing near them will be read. */
+static void release_pages(const void *p, size_t bytes, int edges) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), round = edges ? page - 1 : 0;
+    uintptr_t first = ((uintptr_t)p + page - 1 - round) / page * page, end = ((uintptr_t)p + bytes + round) / page * page;
     if (first < end) madvise((void *)first, end - first, MADV_DONTNEED);
 }
 
-/* Units are blocks of 16 rows; the checkpoint's copy of them goes once packed,
-   so that the weights are in memory once (peak RSS: the file and a unit). */
+/* Units are runs of blocks of 16 rows, one per thread (each run's edges are
+   pages that stay until the matrix is done). The checkpoint's copy of a run
+   goes 32 KB or so at a time, once packed, so that the weights are in memory
+   about once (peak RSS: the file and that much per thread). */
 static void pack_task(void *ctx, int begin, int end, int thread) {
     PackJob *job = ctx;
-    const int8_t *rows = job->w->q + (size_t)16 * begin * job->n;
-    size_t groups = job->n / job->w->group_size;
+    size_t n = job->n, groups = n / job->w->group_size;
+    int first_block = (int)((long long)begin * job->blocks / job->parts), end_block = (int)((long long)end * job->blocks / job->parts);
+    int step = job->release ? (int)((32 << 10) / (16 * n) + 1) : end_block - first_block;
     (void)thread;
-    pack_q8_blocks(job->packed, job->w, job->n, begin, end);
-    if (!job->release) return;
-    release_pages(rows, (size_t)16 * (end - begin) * job->n);
-    release_pages(job->w->scale + (size_t)16 * begin * groups, (size_t)16 * (end - begin) * groups * sizeof(float));
-}
-
-/* w's whole blocks of 16 rows of n values, packed; NULL if none or where the
-   kernel does not apply. release: w lies in the checkpoint's mapping, and the
-   pages of what is packed are given back. */
-static uint8_t *pack_q8_matrix(const Matrix *w, int rows, int n, int release) {
-    if (!w->q || !q8_packable(n, w->group_size) || rows < 16) return NULL;
-    size_t bytes = (size_t)rows / 16 * q8_packed_block_bytes(n, w->group_size), huge = (size_t)2 << 20;
-    uint8_t *packed = xaligned(bytes, 1, huge);
-#ifdef MADV_HUGEPAGE
-    if (bytes >= huge) madvise(packed, bytes / huge * huge, MADV_HUGEPAGE);
-#endif
-    PackJob job = {w, packed, n, release};
-    parallel_for(pack_task, &job, rows / 16, 64.0 * bytes);
-    if (release) { /* the pages that the units' edges shared */
-        release_pages(w->q, (size_t)rows / 16 * 16 * n);
-        release_pages(w->scale, (size_t)rows / 16 * 16 * (n / w->group_size) * sizeof(float));
+    for (int first = first_block; first < end_block; first += step) {
+        int last = end_block - first < step ? end_block : first + step;
+        pack_q8_blocks(job->packed, job->w, job->n, first, last);
+        if (!job->release) continue;
+        /* all of the run so far: the pieces' edges too */
+        release_pages(job->w->q + 16 * first_block * n, 16 * (last - first_block) * n, 0);
+        release_pages(job->w->scale + 16 * first_block * groups, 16 * (last - first_block) * groups * sizeof(float), 0);
     }
-    return packed;
 }
 
-/* Every matmul's int8 matrix, packed where the kernel set reads them so. */
-static void pack_weights(Checkpoint *ck) {
-    if (!kernels->packs_q8) return;
+/* The bytes of w's packed copy: its whole blocks of 16 rows of n values; 0
+   where the kernel does not apply. */
+static size_t q8_packed_bytes(const Matrix *w, int rows, int n) {
+    if (!w->q || !q8_packable(n, w->group_size)) return 0;
+    return (size_t)rows / 16 * q8_packed_block_bytes(n, w->group_size);
+}
+
+/* Packs w into packed (q8_packed_bytes() of it). release: w lies in the
+   checkpoint's mapping, and the pages of what is packed are given back. */
+static void pack_q8_matrix(uint8_t *packed, const Matrix *w, int rows, int n, int release) {
+    size_t bytes = q8_packed_bytes(w, rows, n);
+    PackJob job = {w, packed, n, rows / 16, pool.n_threads, release};
+    parallel_for(pack_task, &job, job.parts, 64.0 * bytes);
+    if (release) { /* what the units' edges shared */
+        release_pages(w->q, (size_t)rows / 16 * 16 * n, 0);
+        release_pages(w->scale, (size_t)rows / 16 * 16 * (n / w->group_size) * sizeof(float), 0);
+    }
+}
+
+typedef struct {
+    Matrix *w;
+    int rows, n;
+} MatmulMatrix;
+
+/* The matrices the matmuls take, with their shapes; returns the count (at
+   most 7 per layer and the classifier). */
+static int list_matrices(Checkpoint *ck, MatmulMatrix *list) {
     const Config *c = &ck->config;
     Weights *w = &ck->weights;
-    int q_dim = c->head_size * c->n_heads, kv_dim = c->head_size * c->n_kv_heads;
+    int q_dim = c->head_size * c->n_heads, kv_dim = c->head_size * c->n_kv_heads, count = 0;
     for (int l = 0; l < c->n_layers; l++) {
-        w->wq[l].packed = pack_q8_matrix(&w->wq[l], q_dim, c->dim, 1);
-        w->wk[l].packed = pack_q8_matrix(&w->wk[l], kv_dim, c->dim, 1);
-        w->wv[l].packed = pack_q8_matrix(&w->wv[l], kv_dim, c->dim, 1);
-        w->wo[l].packed = pack_q8_matrix(&w->wo[l], c->dim, q_dim, 1);
-        w->w1[l].packed = pack_q8_matrix(&w->w1[l], c->hidden_dim, c->dim, 1);
-        w->w2[l].packed = pack_q8_matrix(&w->w2[l], c->dim, c->hidden_dim, 1);
-        w->w3[l].packed = pack_q8_matrix(&w->w3[l], c->hidden_dim, c->dim, 1);
+        list[count++] = (MatmulMatrix){&w->wq[l], q_dim, c->dim};
+        list[count++] = (MatmulMatrix){&w->wk[l], kv_dim, c->dim};
+        list[count++] = (MatmulMatrix){&w->wv[l], kv_dim, c->dim};
+        list[count++] = (MatmulMatrix){&w->wo[l], c->dim, q_dim};
+        list[count++] = (MatmulMatrix){&w->w1[l], c->hidden_dim, c->dim};
+        list[count++] = (MatmulMatrix){&w->w2[l], c->dim, c->hidden_dim};
+        list[count++] = (MatmulMatrix){&w->w3[l], c->hidden_dim, c->dim};
     }
-    w->classifier.packed = pack_q8_matrix(&w->classifier, c->vocab_size, c->dim, 1);
+    list[count++] = (MatmulMatrix){&w->classifier, c->vocab_size, c->dim};
+    return count;
+}
+
+static int by_address(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const MatmulMatrix *)a)->w->q, y = (uintptr_t)((const MatmulMatrix *)b)->w->q;
+    return (x > y) - (x < y);
+}
+
+/* The pages of m's packed rows and scales, with those it shares with its
+   neighbours in the file. */
+static void release_packed(const MatmulMatrix *m) {
+    const Matrix *w = m->w;
+    if (!w->packed) return;
+    release_pages(w->q, (size_t)m->rows / 16 * 16 * m->n, 1);
+    release_pages(w->scale, (size_t)m->rows / 16 * 16 * (m->n / w->group_size) * sizeof(float), 1);
+}
+
+/* Every matmul's int8 matrix, packed where the kernel set reads them so, in
+   the file's order: a matrix's pages at its edges go once its neighbours are
+   packed too (were they read again, each would map 64 KB about it back). */
+static void pack_weights(Checkpoint *ck) {
+    if (!kernels->packs_q8) return;
 #ifdef MADV_NOHUGEPAGE
-    /* what the kernels still read there (scales, embedding rows) in small
-       pages: a 2 MB one would bring its packed rows back too */
+    /* from now on the file is read in small pages: a 2 MB one would map pages
+       given back again */
     madvise((void *)ck->data, ck->file_size, MADV_NOHUGEPAGE);
 #endif
+    MatmulMatrix *list = xmalloc((7 * (size_t)ck->config.n_layers + 1) * sizeof *list);
+    int count = list_matrices(ck, list);
+    qsort(list, count, sizeof *list, by_address);
+    size_t total = 0;
+    for (int i = 0; i < count; i++) total += q8_packed_bytes(list[i].w, list[i].rows, list[i].n);
+    /* one buffer, in small pages: as fast to stream here, and they come one at
+       a time (a 2 MB one at its first byte), so the copy grows as the file's goes */
+    ck->packed = total ? xaligned(total, 1, 64) : NULL;
+    for (size_t i = 0, at = 0; i < (size_t)count; i++) {
+        size_t bytes = q8_packed_bytes(list[i].w, list[i].rows, list[i].n);
+        if (bytes) pack_q8_matrix(ck->packed + at, list[i].w, list[i].rows, list[i].n, 1), list[i].w->packed = ck->packed + at;
+        at += bytes;
+        if (i > 0) release_packed(&list[i - 1]);
+    }
+    if (count > 0) release_packed(&list[count - 1]);
+    free(list);
+    if (ck->config.shared_classifier) ck->weights.token_embedding.packed = ck->weights.classifier.packed;
 }
 
 static void free_packed_weights(Checkpoint *ck) {
-    Weights *w = &ck->weights;
-    Matrix *layers[] = {w->wq, w->wk, w->wv, w->wo, w->w1, w->w2, w->w3};
-    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++)
-        for (int l = 0; l < ck->config.n_layers; l++) free((void *)layers[i][l].packed), layers[i][l].packed = NULL;
-    free((void *)w->classifier.packed), w->classifier.packed = NULL;
+    MatmulMatrix *list = xmalloc((7 * (size_t)ck->config.n_layers + 1) * sizeof *list);
+    int count = list_matrices(ck, list);
+    for (int i = 0; i < count; i++) list[i].w->packed = NULL;
+    free(list);
+    ck->weights.token_embedding.packed = NULL;
+    free(ck->packed), ck->packed = NULL;
+}
+
+/* embed() of a table that may be packed (a classifier shared with the
+   embedding), reading the rows packed there from the copy. */
+static void embed_packed(float *out, const Matrix *table, int token, int dim, int rows) {
+    if (!table->packed || token >= rows / 16 * 16) {
+        embed(out, table, token, dim);
+        return;
+    }
+    int gs = table->group_size, lane = token % 16;
+    const uint8_t *block = table->packed + (size_t)(token / 16) * q8_packed_block_bytes(dim, gs);
+    const float *scales = (const float *)(block + (size_t)16 * dim);
+    for (int i = 0; i < dim; i++) {
+        int8_t q = (int8_t)(block[(size_t)1024 * (i / 64) + 64 * (i % 64 / 4) + 4 * lane + i % 4] ^ 0x80);
+        out[i] = q * scales[16 * (i / gs) + lane];
+    }
 }
 
 static void free_batch(Batch *b) {
@@ -6033,7 +6105,7 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
     int head_size = c->head_size;
     int q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
 
-    for (int t = 0; t < T; t++) embed(b->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim);
+    for (int t = 0; t < T; t++) embed_packed(b->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim, c->vocab_size);
 
     for (int l = 0; l < c->n_layers; l++) {
         rmsnorm_batch(b->xb, b->x, w->rms_att + (size_t)l * dim, T, dim, c->norm_eps);
@@ -6169,10 +6241,12 @@ static void start_model(Model *m, int n_pos, int n_blocks, CacheType cache) {
        written before MADV_POPULATE_READ ran was 30x slower to write again */
     prefault_checkpoint(&m->ck);
 #endif
+#ifndef RUN_PLAIN
+    pack_weights(&m->ck); /* while the file is in memory and before the caches are: a lower peak */
+#endif
     init_run_state(&m->state, &m->ck.config, n_pos, n_blocks, cache);
 #ifndef RUN_PLAIN
     init_batch(&m->batch, &m->ck.config, &m->state, pool.n_threads);
-    pack_weights(&m->ck);
 #endif
 }
 

@@ -2611,7 +2611,9 @@ static void test_batched_matmul(void) {
                     }
                 }
                 /* as the checkpoint's, and packed where the set packs them (its whole blocks of 16 rows; the 5 left as they are) */
-                uint8_t *packed = gs && kernels->packs_q8 ? pack_q8_matrix(&m, d, n, 0) : NULL;
+                size_t packed_bytes = gs && kernels->packs_q8 ? q8_packed_bytes(&m, d, n) : 0;
+                uint8_t *packed = packed_bytes ? xaligned(packed_bytes, 1, 64) : NULL;
+                if (packed) pack_q8_matrix(packed, &m, d, n, 0);
                 for (int pass = 0; pass < (packed ? 2 : 1); pass++) {
                     m.packed = pass ? packed : NULL;
                     /* two projections of the same input: all d rows, and the first 16 */
