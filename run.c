@@ -148,7 +148,7 @@ typedef struct {
     int group_size;      /* int8 */
     const uint8_t *q4k;
     const uint8_t *q6k;
-    const uint8_t *packed; /* int8 with Part II's vnni kernels: a copy, rearranged (pack_q8_matrix()) */
+    const uint8_t *packed; /* int8 with Part II's vnni kernels: a copy, rearranged (pack_weights()) */
 } Matrix;
 
 typedef struct {
@@ -2328,7 +2328,7 @@ typedef struct {
    matmuls of an 8-token step at stories110M's shape on Zen 4: 4.95 -> 3.95
    ms, of one token 3.7 -> 3.2). Whole blocks of 16 rows, rows of whole
    64-byte pieces, groups of 32 or more. */
-static int q8_packable(int n, int group_size) { return n % 64 == 0 && group_size % 32 == 0; }
+static int q8_packable(int n, int group_size) { return n % 64 == 0 && group_size >= 32 && group_size % 32 == 0; }
 
 /* A packed block: 16 rows' weights, then their scales, group g's 16 side by side. */
 static size_t q8_packed_block_bytes(int n, int group_size) { return (size_t)16 * n + (size_t)64 * (n / group_size); }
@@ -5783,19 +5783,23 @@ static void release_packed(const MatmulMatrix *m) {
    packed too (were they read again, each would map 64 KB about it back). */
 static void pack_weights(Checkpoint *ck) {
     if (!kernels->packs_q8) return;
-#ifdef MADV_NOHUGEPAGE
-    /* from now on the file is read in small pages: a 2 MB one would map pages
-       given back again */
-    madvise((void *)ck->data, ck->file_size, MADV_NOHUGEPAGE);
-#endif
     MatmulMatrix *list = xmalloc((7 * (size_t)ck->config.n_layers + 1) * sizeof *list);
     int count = list_matrices(ck, list);
     qsort(list, count, sizeof *list, by_address);
     size_t total = 0;
     for (int i = 0; i < count; i++) total += q8_packed_bytes(list[i].w, list[i].rows, list[i].n);
+    if (total == 0) {
+        free(list);
+        return;
+    }
+#ifdef MADV_NOHUGEPAGE
+    /* from now on the file is read in small pages: a 2 MB one would map pages
+       given back again */
+    madvise((void *)ck->data, ck->file_size, MADV_NOHUGEPAGE);
+#endif
     /* one buffer, in small pages: as fast to stream here, and they come one at
        a time (a 2 MB one at its first byte), so the copy grows as the file's goes */
-    ck->packed = total ? xaligned(total, 1, 64) : NULL;
+    ck->packed = xaligned(total, 1, 64);
     for (size_t i = 0, at = 0; i < (size_t)count; i++) {
         size_t bytes = q8_packed_bytes(list[i].w, list[i].rows, list[i].n);
         if (bytes) pack_q8_matrix(ck->packed + at, list[i].w, list[i].rows, list[i].n, 1), list[i].w->packed = ck->packed + at;
@@ -6240,8 +6244,6 @@ static void start_model(Model *m, int n_pos, int n_blocks, CacheType cache) {
     /* before the KV cache is allocated: on Linux 6.18 (Firecracker), memory
        written before MADV_POPULATE_READ ran was 30x slower to write again */
     prefault_checkpoint(&m->ck);
-#endif
-#ifndef RUN_PLAIN
     pack_weights(&m->ck); /* while the file is in memory and before the caches are: a lower peak */
 #endif
     init_run_state(&m->state, &m->ck.config, n_pos, n_blocks, cache);

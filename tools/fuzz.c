@@ -257,6 +257,7 @@ static void exercise_model(const uint8_t *data, size_t size) {
        whatever the model computes (NaN, infinities) */
     init_run_state(&s, c, c->seq_len, 0, size % 2 ? CACHE_INT8 : CACHE_FP32);
     init_batch(&b, c, &s, 1);
+    pack_weights(&ck); /* as start_model() does, where the kernel set packs int8 matrices */
     /* the other samplers on by the input's length too: top-k, min-p, the presence penalty */
     Sampler sampler = {.vocab_size = c->vocab_size, .temperature = 1.0f, .topp = 0.9f, .topk = (int)(size % 7),
                        .minp = size % 3 ? 0.05f : 0.0f, .presence_penalty = size % 5 ? 1.5f : 0.0f, .rng_state = 42,
@@ -279,6 +280,7 @@ static void exercise_model(const uint8_t *data, size_t size) {
     }
     free(sampler.probindex);
     free_answer(&sampler);
+    free_packed_weights(&ck);
     free_batch(&b);
     free_run_state(&s);
 }
