@@ -1063,6 +1063,7 @@ static void close_checkpoint(Checkpoint *ck) {
     free(w->wq); free(w->wk); free(w->wv); free(w->wo);
     free(w->w1); free(w->w2); free(w->w3);
     free(ck->types);
+    free(ck->packed); /* NULL after stop_model(); not when a load fails after packing */
     if (ck->data) munmap((void *)ck->data, ck->file_size);
 }
 
@@ -2293,7 +2294,8 @@ typedef struct {
     void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                             const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
                             int n_heads);
-    /* Batched matmuls, T > 1 tokens at once, each weight read once for all:
+    /* Batched matmuls, T > 1 tokens at once (and T = 1 for the int8 matrices
+       a set that packs_q8 has packed), each weight read once for all:
        out[t * out_stride + i] = W[i] . x[t] for rows [begin, end). prepare_*
        lays the input out once (x [T][n], or quantize()'s int8 values and
        scales) in the set's own format, prepare_q8_tokens for the tokens
@@ -2327,7 +2329,7 @@ typedef struct {
    bytes and 16 streams for the prefetchers; packed, one stream and none (the
    matmuls of an 8-token step at stories110M's shape on Zen 4: 4.95 -> 3.95
    ms, of one token 3.7 -> 3.2). Whole blocks of 16 rows, rows of whole
-   64-byte pieces, groups of 32 or more. */
+   64-byte pieces, groups a multiple of 32. */
 static int q8_packable(int n, int group_size) { return n % 64 == 0 && group_size >= 32 && group_size % 32 == 0; }
 
 /* A packed block: 16 rows' weights, then their scales, group g's 16 side by side. */
@@ -5241,7 +5243,7 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
     const uint8_t *block = w->packed + (size_t)row / 16 * q8_packed_block_bytes(n, group_size);
     const __m512i *pieces = (const __m512i *)block;
     const float *scales = (const float *)(block + (size_t)16 * n); /* group g's: 16 floats at 16 * g */
-    size_t ahead = q8_packed_block_bytes(n, group_size); /* the next block's weights, asked for as these are read */
+    uintptr_t next = (uintptr_t)block + q8_packed_block_bytes(n, group_size); /* an address only: maybe past the copy */
     int n_tokens = (T + lanes - 1) / lanes * lanes;
     float val[MAX_BATCH][16];          /* in memory: the registers hold the 16 vectors and 8 sums */
     int32_t sums[MAX_BATCH][16];       /* groups wider than 64 bytes: the sums so far */
@@ -5258,7 +5260,7 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
                 /* token t0 + t's 4 inputs at 64 * c + 4 * k: x[2 * t] (pairs) or x[t] */
                 const int32_t *x = pairs ? in.x + (size_t)(8 * c + k / 2) * 16 + k % 2
                                          : in.x + (size_t)(16 * c + k) * width + t0;
-                if (t0 == 0) __builtin_prefetch((const char *)(pieces + 16 * c + k) + ahead, 0, 2);
+                if (t0 == 0) __builtin_prefetch((const void *)(next + (size_t)1024 * c + 64 * k), 0, 2);
 #pragma GCC unroll 8
                 for (int t = 0; t < lanes; t++) acc[t] = dpbusd_broadcast(acc[t], v[k], x + (pairs ? 2 * t : t));
                 int done = 64 * c + 4 * k + 4;
@@ -5279,17 +5281,17 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
     for (int t = 0; t < T; t++) _mm512_storeu_ps(out + (size_t)t * out_stride + row, _mm512_loadu_ps(val[t]));
 }
 
-/* q8_rows16_vnni() for the packed blocks of 16 rows in [begin, end); returns
-   the first row left. */
+/* q8_rows16_vnni() for the packed blocks of 16 rows in [begin, end) (begin a
+   multiple of 16); returns the first row left. */
 static inline __attribute__((always_inline)) VNNI int
 q8_blocks16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int T,
                  int begin, int end, int pairs) {
     int width = (T + 15) / 16 * 16, row = begin;
-    if (!w->packed || row % 16) return row;
+    if (!w->packed) return row;
     for (; row + 16 <= end; row += 16) {
-        /* the common group size and one token as constants: the float steps' tests fold away */
-        if (T == 1 && group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 1);
-        else if (T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 1);
+        /* the common group size and one token (pairs layout only) as constants: the float steps' tests fold away */
+        if (pairs && T == 1 && group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 1);
+        else if (pairs && T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 1);
         else if (group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 8);
         else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 8);
     }
@@ -5703,8 +5705,9 @@ static void release_pages(const void *p, size_t bytes, int edges) {
 
 /* Units are runs of blocks of 16 rows, one per thread (each run's edges are
    pages that stay until the matrix is done). The checkpoint's copy of a run
-   goes 32 KB or so at a time, once packed, so that the weights are in memory
-   about once (peak RSS: the file and that much per thread). */
+   goes 32 KB or more at a time (a block of 16 rows at least), once packed, so
+   that the weights are in memory about once (peak RSS: the file and that much
+   per thread). */
 static void pack_task(void *ctx, int begin, int end, int thread) {
     PackJob *job = ctx;
     size_t n = job->n, groups = n / job->w->group_size;
@@ -5799,14 +5802,17 @@ static void pack_weights(Checkpoint *ck) {
 #endif
     /* one buffer, in small pages: as fast to stream here, and they come one at
        a time (a 2 MB one at its first byte), so the copy grows as the file's goes */
-    ck->packed = xaligned(total, 1, 64);
+    ck->packed = xaligned(total, 1, (size_t)sysconf(_SC_PAGESIZE));
+#ifdef MADV_NOHUGEPAGE
+    madvise(ck->packed, total, MADV_NOHUGEPAGE); /* where transparent huge pages are always on */
+#endif
     for (size_t i = 0, at = 0; i < (size_t)count; i++) {
         size_t bytes = q8_packed_bytes(list[i].w, list[i].rows, list[i].n);
         if (bytes) pack_q8_matrix(ck->packed + at, list[i].w, list[i].rows, list[i].n, 1), list[i].w->packed = ck->packed + at;
         at += bytes;
         if (i > 0) release_packed(&list[i - 1]);
     }
-    if (count > 0) release_packed(&list[count - 1]);
+    release_packed(&list[count - 1]);
     free(list);
     if (ck->config.shared_classifier) ck->weights.token_embedding.packed = ck->weights.classifier.packed;
 }

@@ -2588,8 +2588,10 @@ static void test_batched_matmul(void) {
     }
     float *plain6 = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast6 = calloc((size_t)MAX_BATCH * d, sizeof(float));
     static const int batch[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 40, MAX_BATCH}; /* 2-8: the few-token paths */
-    /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step */
-    static const int shapes[][2] = {{192, 0}, {192, 4}, {192, 32}, {192, 64}, {200, 0}, {200, 4}, {200, 8}, {256, 128}};
+    /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step; groups of 96
+       end and begin inside 64-byte pieces of the packed layout */
+    static const int shapes[][2] = {{192, 0}, {192, 4}, {192, 32}, {192, 64}, {192, 96}, {200, 0}, {200, 4}, {200, 8},
+                                    {256, 128}};
     for (int threads = 1; threads <= 2; threads++) {
         start_threads(threads);
         RunState s;
