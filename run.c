@@ -5748,28 +5748,25 @@ typedef struct {
     int rows, n;
 } MatmulMatrix;
 
-/* The matrices the matmuls take, with their shapes; returns the count (at
-   most 7 per layer and the classifier). */
+/* The matrices the matmuls take, with their shapes, in the file's order (the
+   layout's; a shared classifier is the token embedding there); returns the
+   count, at most matrix_count(). */
 static int list_matrices(Checkpoint *ck, MatmulMatrix *list) {
     const Config *c = &ck->config;
     Weights *w = &ck->weights;
-    int q_dim = c->head_size * c->n_heads, kv_dim = c->head_size * c->n_kv_heads, count = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        list[count++] = (MatmulMatrix){&w->wq[l], q_dim, c->dim};
-        list[count++] = (MatmulMatrix){&w->wk[l], kv_dim, c->dim};
-        list[count++] = (MatmulMatrix){&w->wv[l], kv_dim, c->dim};
-        list[count++] = (MatmulMatrix){&w->wo[l], c->dim, q_dim};
-        list[count++] = (MatmulMatrix){&w->w1[l], c->hidden_dim, c->dim};
-        list[count++] = (MatmulMatrix){&w->w2[l], c->dim, c->hidden_dim};
-        list[count++] = (MatmulMatrix){&w->w3[l], c->hidden_dim, c->dim};
+    Matrix *per_layer[CLASSIFIER + 1] = {[WQ] = w->wq, [WK] = w->wk, [WV] = w->wv, [WO] = w->wo,
+                                         [W1] = w->w1, [W2] = w->w2, [W3] = w->w3};
+    int n, count = 0;
+    const Tensor *layout = layout_of(c, &n);
+    for (int i = 0; i < n; i++) {
+        Tensor t = layout[i];
+        TensorShape shape = tensor_shape(c, t);
+        Matrix *first = per_layer[t];
+        if (t == CLASSIFIER || (t == TOKEN_EMBEDDING && c->shared_classifier)) first = &w->classifier;
+        for (uint64_t k = 0; first && k < shape.count; k++)
+            list[count++] = (MatmulMatrix){per_layer[t] ? first + k : first, (int)shape.rows, (int)shape.cols};
     }
-    list[count++] = (MatmulMatrix){&w->classifier, c->vocab_size, c->dim};
     return count;
-}
-
-static int by_address(const void *a, const void *b) {
-    uintptr_t x = (uintptr_t)((const MatmulMatrix *)a)->w->q, y = (uintptr_t)((const MatmulMatrix *)b)->w->q;
-    return (x > y) - (x < y);
 }
 
 /* The pages of m's packed rows and scales, with those it shares with its
@@ -5786,9 +5783,8 @@ static void release_packed(const MatmulMatrix *m) {
    packed too (were they read again, each would map 64 KB about it back). */
 static void pack_weights(Checkpoint *ck) {
     if (!kernels->packs_q8) return;
-    MatmulMatrix *list = xmalloc((7 * (size_t)ck->config.n_layers + 1) * sizeof *list);
+    MatmulMatrix *list = xmalloc(matrix_count(&ck->config) * sizeof *list);
     int count = list_matrices(ck, list);
-    qsort(list, count, sizeof *list, by_address);
     size_t total = 0;
     for (int i = 0; i < count; i++) total += q8_packed_bytes(list[i].w, list[i].rows, list[i].n);
     if (total == 0) {
@@ -5808,7 +5804,10 @@ static void pack_weights(Checkpoint *ck) {
 #endif
     for (size_t i = 0, at = 0; i < (size_t)count; i++) {
         size_t bytes = q8_packed_bytes(list[i].w, list[i].rows, list[i].n);
-        if (bytes) pack_q8_matrix(ck->packed + at, list[i].w, list[i].rows, list[i].n, 1), list[i].w->packed = ck->packed + at;
+        if (bytes) {
+            pack_q8_matrix(ck->packed + at, list[i].w, list[i].rows, list[i].n, 1);
+            list[i].w->packed = ck->packed + at;
+        }
         at += bytes;
         if (i > 0) release_packed(&list[i - 1]);
     }
@@ -5818,7 +5817,7 @@ static void pack_weights(Checkpoint *ck) {
 }
 
 static void free_packed_weights(Checkpoint *ck) {
-    MatmulMatrix *list = xmalloc((7 * (size_t)ck->config.n_layers + 1) * sizeof *list);
+    MatmulMatrix *list = xmalloc(matrix_count(&ck->config) * sizeof *list);
     int count = list_matrices(ck, list);
     for (int i = 0; i < count; i++) list[i].w->packed = NULL;
     free(list);
