@@ -6100,6 +6100,26 @@ static void attention(Batch *b, const Config *c, int layer, const Segment *segme
 /* ------------------------------------------------------------------------- */
 /* forward_batch(): forward() for many tokens at once                         */
 
+/* Moves the rows of x and q of the tokens classify[0..n) (in increasing order,
+   so that none is overwritten before it moves) to rows 0..n-1, and describes
+   them in kept[] as segments: runs of consecutive positions of one sequence.
+   Returns their number. */
+static int keep_classified(Batch *b, const Config *c, const Segment *segments, const int *classify, int n,
+                           Segment *kept) {
+    int dim = c->dim, q_dim = c->head_size * c->n_heads, n_kept = 0, i = 0;
+    for (int k = 0; k < n; k++) {
+        int t = classify[k];
+        while (t >= segments[i].first + segments[i].n) i++;
+        memmove(b->x + (size_t)k * dim, b->x + (size_t)t * dim, dim * sizeof(float));
+        memmove(b->q + (size_t)k * q_dim, b->q + (size_t)t * q_dim, q_dim * sizeof(float));
+        int pos = segments[i].pos + t - segments[i].first;
+        Segment *last = n_kept ? &kept[n_kept - 1] : NULL;
+        if (last && last->keys == segments[i].keys && last->pos + last->n == pos) last->n++;
+        else kept[n_kept++] = (Segment){segments[i].keys, segments[i].values, k, 1, pos};
+    }
+    return n_kept;
+}
+
 /* Runs tokens[0..T) (T <= MAX_BATCH) through the model, the segments' tokens
    at their positions with their caches: the steps of forward(), each for the
    whole batch and on all threads. Each weight is read once per batch instead
@@ -6113,6 +6133,8 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
     int dim = c->dim, hidden_dim = c->hidden_dim;
     int head_size = c->head_size;
     int q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    Segment kept[MAX_BATCH];
+    int front[MAX_BATCH]; /* rows 0, 1, ...: where keep_classified() puts the tokens to classify */
 
     for (int t = 0; t < T; t++) embed_packed(b->x + (size_t)t * dim, &w->token_embedding, tokens[t], dim, c->vocab_size);
 
@@ -6141,6 +6163,15 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
                 cache_store(seg->keys, l, pos, k, kernels->quantize);
                 cache_store(seg->values, l, pos, v, kernels->quantize);
             }
+        }
+        if (l == c->n_layers - 1 && n_classify < T) {
+            /* the last layer's keys and values are stored: past them, only the
+               tokens to classify matter (a prompt's others are done) */
+            if (n_classify == 0) return;
+            n_segments = keep_classified(b, c, segments, classify, n_classify, kept);
+            segments = kept, T = n_classify;
+            for (int k = 0; k < n_classify; k++) front[k] = k;
+            classify = front;
         }
         attention(b, c, l, segments, n_segments);
         Projection wo = {&w->wo[l], b->xb2, dim};
