@@ -6103,23 +6103,18 @@ static void attention(Batch *b, const Config *c, int layer, const Segment *segme
 /* forward_batch(): forward() for many tokens at once                         */
 
 /* Moves the rows of x and q of the tokens classify[0..n) (in increasing order,
-   so that none is overwritten before it moves) to rows 0..n-1, and describes
-   them in kept[] as segments: runs of consecutive positions of one sequence.
-   Returns their number. */
-static int keep_classified(Batch *b, const Config *c, const Segment *segments, const int *classify, int n,
-                           Segment *kept) {
-    int dim = c->dim, q_dim = c->head_size * c->n_heads, n_kept = 0, i = 0;
+   so that none is overwritten before it moves) to rows 0..n-1, each as a
+   segment of its own in kept[n]. */
+static void keep_classified(Batch *b, const Config *c, const Segment *segments, const int *classify, int n,
+                            Segment *kept) {
+    int dim = c->dim, q_dim = c->head_size * c->n_heads, i = 0;
     for (int k = 0; k < n; k++) {
         int t = classify[k];
         while (t >= segments[i].first + segments[i].n) i++;
         memmove(b->x + (size_t)k * dim, b->x + (size_t)t * dim, dim * sizeof(float));
         memmove(b->q + (size_t)k * q_dim, b->q + (size_t)t * q_dim, q_dim * sizeof(float));
-        int pos = segments[i].pos + t - segments[i].first;
-        Segment *last = n_kept ? &kept[n_kept - 1] : NULL;
-        if (last && last->keys == segments[i].keys && last->pos + last->n == pos) last->n++;
-        else kept[n_kept++] = (Segment){segments[i].keys, segments[i].values, k, 1, pos};
+        kept[k] = (Segment){segments[i].keys, segments[i].values, k, 1, segments[i].pos + t - segments[i].first};
     }
-    return n_kept;
 }
 
 /* Runs tokens[0..T) (T <= MAX_BATCH) through the model, the segments' tokens
@@ -6170,8 +6165,8 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
             /* the last layer's keys and values are stored: past them, only the
                tokens to classify matter (a prompt's others are done) */
             if (n_classify == 0) return;
-            n_segments = keep_classified(b, c, segments, classify, n_classify, kept);
-            segments = kept, T = n_classify;
+            keep_classified(b, c, segments, classify, n_classify, kept);
+            segments = kept, n_segments = T = n_classify;
             for (int k = 0; k < n_classify; k++) front[k] = k;
             classify = front;
         }
