@@ -5232,7 +5232,7 @@ static inline __attribute__((always_inline)) VNNI __m512i dpbusd_broadcast(__m51
     return acc;
 }
 
-/* Sixteen packed rows for T tokens, lane l for row + l, `lanes` (1 or 8)
+/* Sixteen packed rows for T tokens, lane l for row + l, `lanes` (1, 4 or 8)
    tokens at a time (the layouts hold zeros up to a multiple of 8): vpdpbusd
    takes vector k against a token's 4 inputs there, broadcast. Less 128 *
    sum(x), each group's sums are exact, and its float steps the plain
@@ -5289,9 +5289,12 @@ q8_blocks16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, in
     int width = (T + 15) / 16 * 16, row = begin;
     if (!w->packed) return row;
     for (; row + 16 <= end; row += 16) {
-        /* the common group size and one token (pairs layout only) as constants: the float steps' tests fold away */
+        /* the common group size and one token or up to 4 (pairs layout only) as constants: the float steps'
+           tests fold away, and no vpdpbusd is spent on the padding tokens */
         if (pairs && T == 1 && group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 1);
         else if (pairs && T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 1);
+        else if (pairs && T <= 4 && group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 4);
+        else if (pairs && T <= 4) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 4);
         else if (group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 8);
         else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 8);
     }
