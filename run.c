@@ -5281,6 +5281,16 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
     for (int t = 0; t < T; t++) _mm512_storeu_ps(out + (size_t)t * out_stride + row, _mm512_loadu_ps(val[t]));
 }
 
+/* q8_rows16_vnni() with the tokens taken 1, 4 or 8 at a time as a constant:
+   no vpdpbusd is spent on padding tokens (1 and 4: pairs layout only). */
+static inline __attribute__((always_inline)) VNNI void
+q8_rows16_lanes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
+                     int row, int T, int pairs) {
+    if (pairs && T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 1);
+    else if (pairs && T <= 4) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 4);
+    else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 8);
+}
+
 /* q8_rows16_vnni() for the packed blocks of 16 rows in [begin, end) (begin a
    multiple of 16); returns the first row left. */
 static inline __attribute__((always_inline)) VNNI int
@@ -5289,14 +5299,9 @@ q8_blocks16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, in
     int width = (T + 15) / 16 * 16, row = begin;
     if (!w->packed) return row;
     for (; row + 16 <= end; row += 16) {
-        /* the common group size and one token or up to 4 (pairs layout only) as constants: the float steps'
-           tests fold away, and no vpdpbusd is spent on the padding tokens */
-        if (pairs && T == 1 && group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 1);
-        else if (pairs && T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 1);
-        else if (pairs && T <= 4 && group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 4);
-        else if (pairs && T <= 4) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 4);
-        else if (group_size == 64) q8_rows16_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs, 8);
-        else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 8);
+        /* the common group size as a constant: the float steps' tests fold away */
+        if (group_size == 64) q8_rows16_lanes_vnni(out, out_stride, in, w, n, 64, width, row, T, pairs);
+        else q8_rows16_lanes_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs);
     }
     return row;
 }
