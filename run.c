@@ -5232,14 +5232,14 @@ static inline __attribute__((always_inline)) VNNI __m512i dpbusd_broadcast(__m51
     return acc;
 }
 
-/* Sixteen packed rows for T tokens, lane l for row + l, `lanes` (1, 4 or 8)
-   tokens at a time (the layouts hold zeros up to a multiple of 8): vpdpbusd
-   takes vector k against a token's 4 inputs there, broadcast. Less 128 *
-   sum(x), each group's sums are exact, and its float steps the plain
-   kernel's. */
+/* Sixteen packed rows for tokens first .. first + T - 1 (first is 0 in the
+   pairs layout, of at most 8), lane l for row + l, `lanes` (1, 4 or 8) tokens
+   at a time (the layouts hold zeros up to a multiple of 8): vpdpbusd takes
+   vector k against a token's 4 inputs there, broadcast. Less 128 * sum(x), each group's sums are exact, and its float
+   steps the plain kernel's. */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
-               int row, int T, int pairs, int lanes) {
+               int row, int first, int T, int pairs, int lanes) {
     const uint8_t *block = w->packed + (size_t)row / 16 * q8_packed_block_bytes(n, group_size);
     const __m512i *pieces = (const __m512i *)block;
     const float *scales = (const float *)(block + (size_t)16 * n); /* group g's: 16 floats at 16 * g */
@@ -5247,11 +5247,12 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
     int n_tokens = (T + lanes - 1) / lanes * lanes;
     float val[MAX_BATCH][16];          /* in memory: the registers hold the 16 vectors and 8 sums */
     int32_t sums[MAX_BATCH][16];       /* groups wider than 64 bytes: the sums so far */
-    for (int t = 0; t < n_tokens; t++) _mm512_storeu_ps(val[t], _mm512_setzero_ps()), memset(sums[t], 0, sizeof sums[t]);
+    for (int t = first; t < first + n_tokens; t++)
+        _mm512_storeu_ps(val[t], _mm512_setzero_ps()), memset(sums[t], 0, sizeof sums[t]);
     for (int c = 0; c < n / 64; c++) {
         __m512i v[16];
         for (int k = 0; k < 16; k++) v[k] = _mm512_load_si512(pieces + 16 * c + k);
-        for (int t0 = 0; t0 < n_tokens; t0 += lanes) {
+        for (int t0 = first; t0 < first + n_tokens; t0 += lanes) {
             __m512i acc[8];
             for (int t = 0; t < lanes; t++)
                 acc[t] = 64 * c % group_size ? _mm512_loadu_si512(sums[t0 + t]) : _mm512_setzero_si512();
@@ -5278,17 +5279,26 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
                 for (int t = 0; t < lanes; t++) _mm512_storeu_si512(sums[t0 + t], acc[t]);
         }
     }
-    for (int t = 0; t < T; t++) _mm512_storeu_ps(out + (size_t)t * out_stride + row, _mm512_loadu_ps(val[t]));
+    for (int t = first; t < first + T; t++)
+        _mm512_storeu_ps(out + (size_t)t * out_stride + row, _mm512_loadu_ps(val[t]));
 }
 
-/* q8_rows16_vnni() with the tokens taken 1, 4 or 8 at a time as a constant:
-   no vpdpbusd is spent on padding tokens (1 and 4: pairs layout only). */
+/* q8_rows16_vnni() with the tokens taken 8 at a time as a constant, and the
+   last 1 to 4 of them, if that many are left, 1 or 4 at a time in a second
+   pass over the block (in L1 or L2 by then): vpdpbusd is spent on at most 3
+   padding tokens, not 7. */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_lanes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                      int row, int T, int pairs) {
-    if (pairs && T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 1);
-    else if (pairs && T <= 4) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 4);
-    else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T, pairs, 8);
+    if (T <= 4) { /* decoding and small batches: one pass, from token 0 as a constant */
+        if (T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, 1, pairs, 1);
+        else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, T, pairs, 4);
+        return;
+    }
+    int eights = T % 8 && T % 8 <= 4 ? T / 8 : (T + 7) / 8, rest = T - 8 * eights;
+    q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, 8 * eights, pairs, 8);
+    if (rest == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 8 * eights, 1, pairs, 1);
+    else if (rest) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 8 * eights, rest, pairs, 4);
 }
 
 /* q8_rows16_vnni() for the packed blocks of 16 rows in [begin, end) (begin a
