@@ -5235,8 +5235,8 @@ static inline __attribute__((always_inline)) VNNI __m512i dpbusd_broadcast(__m51
 /* Sixteen packed rows for tokens first .. first + T - 1 (first is 0 in the
    pairs layout, of at most 8), lane l for row + l, `lanes` (1, 4 or 8) tokens
    at a time (the layouts hold zeros up to a multiple of 8): vpdpbusd takes
-   vector k against a token's 4 inputs there, broadcast. Less 128 * sum(x), each group's sums are exact, and its float
-   steps the plain kernel's. */
+   vector k against a token's 4 inputs there, broadcast. Less 128 * sum(x),
+   each group's sums are exact, and its float steps the plain kernel's. */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                int row, int first, int T, int pairs, int lanes) {
@@ -5295,10 +5295,10 @@ q8_rows16_lanes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w
         else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, T, pairs, 4);
         return;
     }
-    int eights = T % 8 && T % 8 <= 4 ? T / 8 : (T + 7) / 8, rest = T - 8 * eights;
-    q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, 8 * eights, pairs, 8);
-    if (rest == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 8 * eights, 1, pairs, 1);
-    else if (rest) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 8 * eights, rest, pairs, 4);
+    int rest = T % 8 <= 4 ? T % 8 : 0; /* for the second pass; 5 to 7 left over go as 8 */
+    q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, T - rest, pairs, 8);
+    if (rest == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T - rest, 1, pairs, 1);
+    else if (rest) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T - rest, rest, pairs, 4);
 }
 
 /* q8_rows16_vnni() for the packed blocks of 16 rows in [begin, end) (begin a
