@@ -5283,10 +5283,10 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
         _mm512_storeu_ps(out + (size_t)t * out_stride + row, _mm512_loadu_ps(val[t]));
 }
 
-/* q8_rows16_vnni() with the tokens taken 8 at a time as a constant, and the
-   last 1 to 4 of them, if that many are left, 1 or 4 at a time in a second
-   pass over the block (in L1 or L2 by then): vpdpbusd is spent on at most 3
-   padding tokens, not 7. */
+/* q8_rows16_vnni() with the tokens taken 8 at a time as a constant; when 1
+   to 4 are left past a multiple of 8, those go 1 or 4 at a time in a second
+   pass over the block (in L1 or L2 by then), so that vpdpbusd is spent on at
+   most 3 padding tokens, not 7. */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_lanes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                      int row, int T, int pairs) {
