@@ -6975,7 +6975,10 @@ static const char *json_type_at(const JsonLine *r) {
     case '[': return "an array";
     case 't': case 'f': return "true or false";
     case 'n': return "null";
-    default: return *r->p == '-' || isdigit((unsigned char)*r->p) ? "a number" : "something that is not JSON";
+    default:
+        if (r->end - r->p >= 3 && memcmp(r->p, "\xef\xbb\xbf", 3) == 0)
+            return "a byte order mark (U+FEFF), which only the file's start may have";
+        return *r->p == '-' || isdigit((unsigned char)*r->p) ? "a number" : "something that is not JSON";
     }
 }
 
@@ -7523,6 +7526,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
     int n_requests = 0, cap = 0, line = 0;
     Request *requests = NULL;
     char **decoded = NULL;
+    if (strncmp(file_text, "\xef\xbb\xbf", 3) == 0) file_text += 3; /* a byte order mark: RFC 8259 lets it go */
     for (char *text = file_text; text; line++) {
         char *end = strchr(text, '\n');
         size_t len = end ? (size_t)(end - text) : strlen(text);

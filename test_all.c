@@ -3987,6 +3987,7 @@ static void test_batch_bad_lines(const char *model, const char *tokenizer) {
         /* from a review: DEL and C1 controls, raw in a field name, went into the message as they were */
         {"{\"a\x7f\xc2\x9b\": 1}", "unknown field \"a\\u007f\\u009b\""},
         {"{\"prompt\": \"\\\x0d\"}", "unknown escape: a backslash before byte 0x0d"},
+        {"\xef\xbb\xbf{\"prompt\": \"1\"}", "a byte order mark (U+FEFF), which only the file's start may have"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[256];
@@ -4000,6 +4001,14 @@ static void test_batch_bad_lines(const char *model, const char *tokenizer) {
               bad[i][1], r.status, r.out, r.err);
         unlink(path), free(path);
     }
+    /* at the file's start a UTF-8 byte order mark is skipped, as RFC 8259 allows */
+    const char with_mark[] = "\xef\xbb\xbf{\"prompt\": \" 3 4\", \"n\": 2}\n";
+    char *path = write_temp(with_mark, strlen(with_mark));
+    RunResult r;
+    run_args(&r, NULL, model, "-z", tokenizer, "-m", "batch", "-f", path, NULL);
+    check(r.status == 0 && strstr(r.out, "{\"id\":1,") && strstr(r.out, "\"completion_tokens\":2,"),
+          "batch: a file that starts with a byte order mark, want its one answer, got %d: %s%s", r.status, r.out, r.err);
+    unlink(path), free(path);
 }
 
 /* The decoded "text" of one result line (an \\udcXX escape is the byte XX);
