@@ -7526,7 +7526,8 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
     int n_requests = 0, cap = 0, line = 0;
     Request *requests = NULL;
     char **decoded = NULL;
-    if (strncmp(file_text, "\xef\xbb\xbf", 3) == 0) file_text += 3; /* a byte order mark: RFC 8259 lets it go */
+    /* a UTF-8 byte order mark at the start, which RFC 8259 lets a reader skip */
+    if (strncmp(file_text, "\xef\xbb\xbf", 3) == 0) file_text += 3;
     for (char *text = file_text; text; line++) {
         char *end = strchr(text, '\n');
         size_t len = end ? (size_t)(end - text) : strlen(text);
