@@ -4001,14 +4001,19 @@ static void test_batch_bad_lines(const char *model, const char *tokenizer) {
               bad[i][1], r.status, r.out, r.err);
         unlink(path), free(path);
     }
-    /* at the file's start a UTF-8 byte order mark is skipped, as RFC 8259 allows */
-    const char with_mark[] = "\xef\xbb\xbf{\"prompt\": \" 3 4\", \"n\": 2}\n";
-    char *path = write_temp(with_mark, strlen(with_mark));
-    RunResult r;
-    run_args(&r, NULL, model, "-z", tokenizer, "-m", "batch", "-f", path, NULL);
-    check(r.status == 0 && strstr(r.out, "{\"id\":1,") && strstr(r.out, "\"completion_tokens\":2,"),
-          "batch: a file that starts with a byte order mark, want its one answer, got %d: %s%s", r.status, r.out, r.err);
-    unlink(path), free(path);
+    /* at the file's start a UTF-8 byte order mark is skipped, as RFC 8259 allows: the same answer as without */
+    const char *line = "{\"prompt\": \" 3 4\", \"n\": 2}\n";
+    char with_mark[64];
+    snprintf(with_mark, sizeof with_mark, "\xef\xbb\xbf%s", line);
+    char *plain_path = write_temp(line, strlen(line)), *mark_path = write_temp(with_mark, strlen(with_mark));
+    RunResult plain, marked;
+    run_args(&plain, NULL, model, "-z", tokenizer, "-m", "batch", "-f", plain_path, "-t", "0", NULL);
+    run_args(&marked, NULL, model, "-z", tokenizer, "-m", "batch", "-f", mark_path, "-t", "0", NULL);
+    check(plain.status == 0 && marked.status == 0 && strstr(plain.out, "{\"id\":1,") &&
+              strcmp(plain.out, marked.out) == 0,
+          "batch: a file that starts with a byte order mark, want the answer of the file without it (%s), got %d: %s%s",
+          plain.out, marked.status, marked.out, marked.err);
+    unlink(plain_path), free(plain_path), unlink(mark_path), free(mark_path);
 }
 
 /* The decoded "text" of one result line (an \\udcXX escape is the byte XX);
