@@ -6967,6 +6967,9 @@ static void json_space(JsonLine *r) {
     while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\r' || *r->p == '\n')) r->p++;
 }
 
+/* U+FEFF in UTF-8: RFC 8259 lets a reader skip it at the start of the text */
+#define UTF8_BOM "\xef\xbb\xbf"
+
 static const char *json_type_at(const JsonLine *r) {
     if (r->p == r->end) return "the end of the line";
     switch (*r->p) {
@@ -6976,7 +6979,7 @@ static const char *json_type_at(const JsonLine *r) {
     case 't': case 'f': return "true or false";
     case 'n': return "null";
     default:
-        if (r->end - r->p >= 3 && memcmp(r->p, "\xef\xbb\xbf", 3) == 0)
+        if (r->end - r->p >= 3 && memcmp(r->p, UTF8_BOM, 3) == 0)
             return "a byte order mark (U+FEFF), which only the file's start may have";
         return *r->p == '-' || isdigit((unsigned char)*r->p) ? "a number" : "something that is not JSON";
     }
@@ -7526,8 +7529,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
     int n_requests = 0, cap = 0, line = 0;
     Request *requests = NULL;
     char **decoded = NULL;
-    /* a UTF-8 byte order mark at the start, which RFC 8259 lets a reader skip */
-    if (strncmp(file_text, "\xef\xbb\xbf", 3) == 0) file_text += 3;
+    if (strncmp(file_text, UTF8_BOM, 3) == 0) file_text += 3;
     for (char *text = file_text; text; line++) {
         char *end = strchr(text, '\n');
         size_t len = end ? (size_t)(end - text) : strlen(text);
