@@ -56,8 +56,10 @@ mapping of the weights, taking turns token by token (PAIRED_DECODE_C).
 
 Batch mode (batch_bench()): the int8 stories110M and 1.1B shapes (--quick: the
 first only), 64 prompts of about 100 tokens with 128 generated each, at -b 1,
-4, 8 and 16 on 2 threads: generated tok/s of the whole run, against -b 1 and
-against generate's decode speed, and peak RSS beside the file and the KV pool.
+4, 8 and 16 on 2 threads, three rounds (forwards, backwards, forwards): the
+median generated tok/s of the whole run, the median of each round's ratio to
+its -b 1, the ratio to generate's decode speed, and peak RSS beside the file
+and the KV pool.
 Then, if LLAMA_CPP names a llama.cpp folder built with cmake, batch mode beside
 its llama-batched-bench on the same weights as Q8_0 (llama_cpp_bench()).
 
@@ -89,6 +91,8 @@ TOKENIZER = os.path.join(HERE, "tokenizer.bin")
 LONG_ROUNDS = 5
 # rounds of the one-process comparison (about 100 steps with each cache each)
 PAIRED_ROUNDS = 3
+# rounds of the batch bench's runs at each -b
+BATCH_ROUNDS = 3
 
 SHAPES = [
     ("stories15M", "288 768 6 6 6 32000 256 1", 256),
@@ -297,13 +301,16 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
     -b 1, 4, 8 and 16, the int8 weights of each shape: the generated tokens per
     second of the whole run (prompts included, ./run's summary line) and its
     peak RSS beside the file, the KV pool (-b sequences of the longest request)
-    and the limit (file plus pool, plus 5%). Beside them the ratio to -b 1 and to
-    generate's single-stream decode speed (a one-word prompt, 128 tokens; the
-    best of three runs)."""
+    and the limit (file plus pool, plus 5%). BATCH_ROUNDS rounds of the four
+    runs, in turn forwards and backwards (the host's memory bandwidth drifts over
+    minutes, and it sets -b 1's speed more than the others'): the median speed,
+    the median of each round's ratio to its own -b 1, the largest peak RSS.
+    Beside them the ratio to generate's single-stream decode speed (a one-word
+    prompt, 128 tokens; the best of three runs)."""
     path = batch_prompts(BATCH_PROMPTS)
     threads = 2
     print(f"batch mode: {BATCH_PROMPTS} prompts of {BATCH_WORDS + 1} tokens, {BATCH_NEW} generated each, greedy, "
-          f"{threads} threads, -c {cache}:")
+          f"{threads} threads, -c {cache}; {BATCH_ROUNDS} rounds, medians:")
     print(f"  {'shape':<16} {'-b':>3} {'tok/s':>8} {'x -b 1':>7} {'x generate':>11} {'peak RSS MB':>12} {'file MB':>8}"
           f" {'pool MB':>8} {'limit MB':>9}")
     for name, args, _ in SHAPES:
@@ -313,22 +320,29 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
         single = max(run(int8, threads, "Once", BATCH_NEW, kernels)[1] for _ in range(3))
         dim, _, layers, heads, kv_heads = (int(a) for a in args.split()[:5])
         position_bytes = 2 * layers * (dim // heads * kv_heads) * (4 if cache == "fp32" else 1 + 4 / (dim // heads))
-        first = None
+        rates, rss, pool_positions = {b: [] for b in BATCH_SIZES}, dict.fromkeys(BATCH_SIZES, 0.0), {}
+        for round in range(BATCH_ROUNDS):
+            for b in BATCH_SIZES if round % 2 == 0 else BATCH_SIZES[::-1]:
+                cmd = [RUN, int8, "-z", TOKENIZER, "-m", "batch", "-f", path, "-b", str(b), "-j", str(threads),
+                       "-t", "0", "-c", cache]
+                env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
+                status, err, peak = run_measured(cmd, env)
+                m = re.search(r"generated in [\d.]+ s, ([\d.]+) tok/s; -b \d+, KV pool (\d+) positions", err)
+                if status != 0 or not m:
+                    sys.exit(f"bench: {' '.join(cmd)} failed: {err.strip()}")
+                rates[b].append(float(m.group(1)))
+                rss[b], pool_positions[b] = max(rss[b], peak), int(m.group(2))
+                print(f"  {name} -b {b}, round {round + 1}: {rates[b][-1]:.1f} tok/s, {peak:.1f} MB", file=sys.stderr)
+        size = os.path.getsize(int8) / 2**20
         for b in BATCH_SIZES:
-            cmd = [RUN, int8, "-z", TOKENIZER, "-m", "batch", "-f", path, "-b", str(b), "-j", str(threads), "-t", "0",
-                   "-c", cache]
-            env = dict(os.environ, RUN_KERNELS=kernels) if kernels else None
-            status, err, rss = run_measured(cmd, env)
-            m = re.search(r"generated in [\d.]+ s, ([\d.]+) tok/s; -b \d+, KV pool (\d+) positions", err)
-            if status != 0 or not m:
-                sys.exit(f"bench: {' '.join(cmd)} failed: {err.strip()}")
-            rate, pool_positions = float(m.group(1)), int(m.group(2))
-            first = first or rate
-            size = os.path.getsize(int8) / 2**20
-            pool = pool_positions * position_bytes / 2**20
-            print(f"  {name:<16} {b:>3} {rate:>8.1f} {rate / first:>7.2f} {rate / single:>11.2f}"
-                  f" {rss:>12.1f} {size:>8.1f} {pool:>8.1f} {(size + pool) * 1.05:>9.1f}", flush=True)
-        print(f"  ({name} int8, generate: {single:.1f} tok/s decode)")
+            ratio = statistics.median(r / r1 for r, r1 in zip(rates[b], rates[1]))
+            rate = statistics.median(rates[b])
+            pool = pool_positions[b] * position_bytes / 2**20
+            print(f"  {name:<16} {b:>3} {rate:>8.1f} {ratio:>7.2f} {rate / single:>11.2f}"
+                  f" {rss[b]:>12.1f} {size:>8.1f} {pool:>8.1f} {(size + pool) * 1.05:>9.1f}", flush=True)
+        print(f"  ({name} int8, generate: {single:.1f} tok/s decode; x -b 1 over the rounds: "
+              + ", ".join(f"-b {b} {min(r / r1 for r, r1 in zip(rates[b], rates[1])):.2f}-"
+                          f"{max(r / r1 for r, r1 in zip(rates[b], rates[1])):.2f}" for b in BATCH_SIZES[1:]) + ")")
 
 
 def gguf_model(name, fp32):
