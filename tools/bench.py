@@ -334,15 +334,14 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
                 rss[b], pool_positions[b] = max(rss[b], peak), int(m.group(2))
                 print(f"  {name} -b {b}, round {round + 1}: {rates[b][-1]:.1f} tok/s, {peak:.1f} MB", file=sys.stderr)
         size = os.path.getsize(int8) / 2**20
+        ratios = {b: [r / r1 for r, r1 in zip(rates[b], rates[BATCH_SIZES[0]])] for b in BATCH_SIZES}
         for b in BATCH_SIZES:
-            ratio = statistics.median(r / r1 for r, r1 in zip(rates[b], rates[1]))
             rate = statistics.median(rates[b])
             pool = pool_positions[b] * position_bytes / 2**20
-            print(f"  {name:<16} {b:>3} {rate:>8.1f} {ratio:>7.2f} {rate / single:>11.2f}"
+            print(f"  {name:<16} {b:>3} {rate:>8.1f} {statistics.median(ratios[b]):>7.2f} {rate / single:>11.2f}"
                   f" {rss[b]:>12.1f} {size:>8.1f} {pool:>8.1f} {(size + pool) * 1.05:>9.1f}", flush=True)
         print(f"  ({name} int8, generate: {single:.1f} tok/s decode; x -b 1 over the rounds: "
-              + ", ".join(f"-b {b} {min(r / r1 for r, r1 in zip(rates[b], rates[1])):.2f}-"
-                          f"{max(r / r1 for r, r1 in zip(rates[b], rates[1])):.2f}" for b in BATCH_SIZES[1:]) + ")")
+              + ", ".join(f"-b {b} {min(ratios[b]):.2f}-{max(ratios[b]):.2f}" for b in BATCH_SIZES[1:]) + ")")
 
 
 def gguf_model(name, fp32):
