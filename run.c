@@ -5688,10 +5688,7 @@ typedef struct {
 
 /* Batch buffers start on a cache line, so that 64-byte loads of the tokens do
    not straddle two (stories110M int8 prefill 6-10% faster), and are touched
-   now, so that the first prompt does not pay for the pages' first touch. (Not
-   the batched kernels' scratch, q8_tokens and out_t, in init_batch(): a kernel
-   set writes only a part of it, and pages never written do not count in the
-   RSS.) */
+   now, so that the first prompt does not pay for the pages' first touch. */
 static void *batch_buffer(size_t count, size_t size) {
     void *p = xaligned(count, size, 64);
     memset(p, 0, count * size);
@@ -5721,10 +5718,12 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads) {
         /* int8: values in 4-byte slots for every 2 of them at most, plus two numbers per group and
            token; q4k and q6k: TOKENS_BYTES per 8 tokens and 256 values, under 2 bytes a value */
         _Static_assert(TOKENS_BYTES <= 2 * 8 * 256, "the q4k and q6k inputs' layout fits the int8 one's room");
-        b->q8_tokens = xaligned(MAX_BATCH * (2 * widest + 8 * groups), 1, 64); /* VNNI's layout fills about half */
+        /* the kernels' scratch is left untouched: a set writes only part of it
+           (VNNI's layout about half; packed int8 rows need no out_t), and pages
+           never written do not count in the RSS */
+        b->q8_tokens = xaligned(MAX_BATCH * (2 * widest + 8 * groups), 1, 64);
     }
     if (c->fp32_matrices) b->x_t = batch_buffer(MAX_BATCH * widest, sizeof(float));
-    /* packed int8 rows write their outputs in place, without out_t */
     b->out_t = xaligned((size_t)n_threads * OUT_T_ROWS * MAX_BATCH, sizeof(float), 64);
 }
 
