@@ -5906,18 +5906,25 @@ typedef struct {
     int count;
 } MatmulJob;
 
-/* Units are blocks of 16 tokens: quantized, then laid out for the batched
-   kernel when it runs. */
+/* Units are tokens, each row quantized on its own. */
 static void quantize_task(void *ctx, int begin, int end, int thread) {
     MatmulJob *job = ctx;
     Batch *b = job->b;
-    int n = job->n, gs = job->group_size, first = 16 * begin, last = 16 * end < job->T ? 16 * end : job->T;
+    int n = job->n, gs = job->group_size;
     (void)thread;
-    kernels->quantize(b->xq + (size_t)first * n, b->xq_scale + (size_t)first * (n / gs), job->x + (size_t)first * n,
-                      (last - first) * n, gs);
-    if (job->batched && (job->proj[0].w->q4k || job->proj[0].w->q6k))
+    kernels->quantize(b->xq + (size_t)begin * n, b->xq_scale + (size_t)begin * (n / gs), job->x + (size_t)begin * n,
+                      (end - begin) * n, gs);
+}
+
+/* Units are blocks of 16 quantized tokens, laid out for the batched kernel. */
+static void prepare_task(void *ctx, int begin, int end, int thread) {
+    MatmulJob *job = ctx;
+    Batch *b = job->b;
+    int n = job->n, first = 16 * begin, last = 16 * end < job->T ? 16 * end : job->T;
+    (void)thread;
+    if (job->proj[0].w->q4k || job->proj[0].w->q6k)
         prepare_block_tokens(b->q8_tokens, b->xq, b->xq_scale, n, job->T, first, last);
-    else if (job->batched && job->proj[0].w->q) kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, gs, job->T, 16 * begin, 16 * end);
+    else kernels->prepare_q8_tokens(b->q8_tokens, b->xq, b->xq_scale, n, job->group_size, job->T, first, 16 * end);
 }
 
 /* Rows [begin, end) of one projection. The batched int8 and fp32 kernels see
@@ -5991,8 +5998,10 @@ static void matmul(Batch *b, const float *x, int n, int T, const Projection *pro
         job.batched = (T > 1 || proj[0].w->packed) &&
                       (blocks_of_256 ? kernels->matmul_q4k_tokens && kernels->matmul_q6k_tokens
                                      : kernels->matmul_q8_tokens && group_size % kernels->q8_group_multiple == 0);
-        /* a division and some twenty other steps per value: as slow as about 16 multiply-adds */
-        parallel_for(quantize_task, &job, (T + 15) / 16, 16.0 * T * n);
+        /* a division and some twenty other steps per value: as slow as about 16
+           multiply-adds; the layout, a few moves per value */
+        parallel_for(quantize_task, &job, T, 16.0 * T * n);
+        if (job.batched) parallel_for(prepare_task, &job, (T + 15) / 16, 4.0 * T * n);
     } else {
         job.batched = T > 1 && kernels->matmul_tokens;
         if (job.batched) kernels->prepare_tokens(b->x_t, x, n, T);
