@@ -2285,6 +2285,7 @@ typedef struct {
     void (*softmax)(float *x, int n);
     int (*argmax)(const float *x, int n);
     void (*swiglu)(float *hb, const float *hb2, int n);
+    void (*rope)(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos);
     /* rmsnorm() of the rows of T tokens, [T][n] */
     void (*rmsnorm_tokens)(float *out, const float *x, const float *weight, int T, int n, float eps);
     /* attention_head() for the n_heads query heads of n_tokens consecutive
@@ -2372,7 +2373,7 @@ static void rmsnorm_tokens(float *out, const float *x, const float *weight, int 
 
 static const KernelSet plain_kernels = {
     .name = "plain", .cpu_has = cpu_has_always, .matvec = matvec, .quantize = quantize, .matvec_q8 = matvec_q8,
-    .matvec_q4k = matvec_q4k, .matvec_q6k = matvec_q6k, .softmax = softmax, .argmax = sample_argmax, .swiglu = swiglu,
+    .matvec_q4k = matvec_q4k, .matvec_q6k = matvec_q6k, .softmax = softmax, .argmax = sample_argmax, .swiglu = swiglu, .rope = rope,
     .rmsnorm_tokens = rmsnorm_tokens,
     .attention_block = attention_block_plain,
 };
@@ -4290,6 +4291,31 @@ static inline __attribute__((always_inline)) void swiglu_body(float *hb, const f
     swiglu(hb + i, hb2 + i, n - i);
 }
 
+/* rope(), 4 pairs at a time: each lane's value times its pair's cosine, its
+   neighbour's times the sine, subtracted in the first of the pair and added in
+   the second, as rope() does. Head sizes not a multiple of 8 go to rope(). */
+static inline __attribute__((always_inline)) void rope_body(float *v, int n, int head_size, const float *cos_pos,
+                                                            const float *sin_pos) {
+    if (head_size % 8) {
+        rope(v, n, head_size, cos_pos, sin_pos);
+        return;
+    }
+    for (float *head = v; head < v + n; head += head_size)
+        for (int i = 0; i < head_size; i += 8) {
+            f32x4 cos4, sin4;
+            f32x8 x;
+            memcpy(&cos4, cos_pos + i / 2, sizeof cos4);
+            memcpy(&sin4, sin_pos + i / 2, sizeof sin4);
+            memcpy(&x, head + i, sizeof x);
+            f32x8 fcr = __builtin_shufflevector(cos4, cos4, 0, 0, 1, 1, 2, 2, 3, 3);
+            f32x8 fci = __builtin_shufflevector(sin4, sin4, 0, 0, 1, 1, 2, 2, 3, 3);
+            f32x8 neighbour = __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6);
+            f32x8 own = x * fcr, other = neighbour * fci;
+            x = __builtin_shufflevector(own - other, other + own, 0, 9, 2, 11, 4, 13, 6, 15);
+            memcpy(head + i, &x, sizeof x);
+        }
+}
+
 /* att[h * att_stride + t] = q[h] . key_t for Q queries and the keys t0 .. t0 +
    8 * B - 1, each summed as in attention_head(): blocks of 8 keys transposed
    (key t in lane t) once for all Q queries; B * Q chains of adds side by side. */
@@ -5444,10 +5470,13 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
         rmsnorm_tokens_body(out, x, weight, T, n, eps, transpose); \
     } \
     static TARGET void swiglu_##set(float *hb, const float *hb2, int n) { swiglu_body(hb, hb2, n, exp8); } \
+    static TARGET void rope_##set(float *v, int n, int head_size, const float *cos_pos, const float *sin_pos) { \
+        rope_body(v, n, head_size, cos_pos, sin_pos); \
+    } \
     static const KernelSet set##_kernels = { \
         .name = #set, .cpu_has = cpu, .matvec = matvec_##set, .quantize = quantize_fn, \
         .matvec_q8 = q8_fn, .matvec_q4k = q4k_fn, .matvec_q6k = q6k_fn, .softmax = softmax_##set, \
-        .argmax = argmax_##set, .swiglu = swiglu_##set, .rmsnorm_tokens = rmsnorm_tokens_##set, \
+        .argmax = argmax_##set, .swiglu = swiglu_##set, .rope = rope_##set, .rmsnorm_tokens = rmsnorm_tokens_##set, \
         .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
         .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_pairs_##set, \
         .matmul_q8_tokens = matmul_q8_tokens_##set, .matmul_q4k_tokens = q4k_tokens_fn, \
@@ -5595,7 +5624,7 @@ static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float 
 static const KernelSet avx512_kernels = {
     .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
     .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k_avx2, .matvec_q6k = matvec_q6k_avx2,
-    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rmsnorm_tokens = rmsnorm_tokens_avx2,
+    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rope = rope_avx2, .rmsnorm_tokens = rmsnorm_tokens_avx2,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 2,
     .prepare_q8_tokens = prepare_q8_tokens_avx512, .matmul_q8_tokens = matmul_q8_tokens_avx512,
@@ -5605,7 +5634,7 @@ static const KernelSet avx512_kernels = {
 static const KernelSet vnni_kernels = {
     .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
     .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k_vnni, .matvec_q6k = matvec_q6k_vnni,
-    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rmsnorm_tokens = rmsnorm_tokens_avx2,
+    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rope = rope_avx2, .rmsnorm_tokens = rmsnorm_tokens_avx2,
     .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
     .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
@@ -6205,8 +6234,8 @@ static void forward_segments(const Checkpoint *ck, Batch *b, const int *tokens, 
                     rmsnorm_heads(q, c->n_heads, w->q_norm + (size_t)l * head_size, head_size, c->norm_eps);
                     rmsnorm_heads(k, c->n_kv_heads, w->k_norm + (size_t)l * head_size, head_size, c->norm_eps);
                 }
-                rope(q, q_dim, head_size, cos_pos, sin_pos);
-                rope(k, kv_dim, head_size, cos_pos, sin_pos);
+                kernels->rope(q, q_dim, head_size, cos_pos, sin_pos);
+                kernels->rope(k, kv_dim, head_size, cos_pos, sin_pos);
                 cache_store(seg->keys, l, pos, k, kernels->quantize);
                 cache_store(seg->values, l, pos, v, kernels->quantize);
             }

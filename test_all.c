@@ -2839,6 +2839,31 @@ static void test_fast_softmax_swiglu(void) {
           kernels->name, mismatches);
 }
 
+/* The fast rope against rope(), bit for bit, for head sizes it takes in
+   vectors and ones it leaves to rope(); inputs include zeros, infinities and
+   NaNs (any NaN matches any NaN). */
+static void test_fast_rope(void) {
+    static const int head_sizes[] = {2, 6, 8, 16, 24, 64, 128};
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, 3e38f, -3e38f};
+    for (size_t k = 0; k < sizeof head_sizes / sizeof head_sizes[0]; k++) {
+        int head_size = head_sizes[k], n = 3 * head_size;
+        float *x = random_tensor(n, 8, -4), *cos_pos = random_tensor(head_size / 2, 2, -1);
+        float *sin_pos = random_tensor(head_size / 2, 2, -1), *plain = malloc(n * sizeof(float));
+        float *fast = malloc(n * sizeof(float));
+        for (int i = 0; i < n; i += 7) x[i] = special[(i / 7) % 8];
+        memcpy(plain, x, n * sizeof(float));
+        memcpy(fast, x, n * sizeof(float));
+        rope(plain, n, head_size, cos_pos, sin_pos);
+        kernels->rope(fast, n, head_size, cos_pos, sin_pos);
+        int mismatches = 0;
+        for (int i = 0; i < n; i++)
+            if (memcmp(&plain[i], &fast[i], 4) != 0 && !(isnan(plain[i]) && isnan(fast[i]))) mismatches++;
+        check(mismatches == 0, "%s rope (head size %d) differs from rope at %d of %d values", kernels->name,
+              head_size, mismatches, n);
+        free(x), free(cos_pos), free(sin_pos), free(plain), free(fast);
+    }
+}
+
 /* Every kernel set of this build against Part I: the ones the CPU has are
    tested, the others are reported as skipped. */
 static void test_kernel_sets(void) {
@@ -2862,6 +2887,7 @@ static void test_kernel_sets(void) {
         test_batched_matmul();
         test_attention_block();
         test_fast_softmax_swiglu();
+        test_fast_rope();
         test_fast_argmax();
         test_fast_rmsnorm_tokens();
         kernels = &plain_kernels;
