@@ -5382,32 +5382,71 @@ static AVX512 void matmul_q8_tokens_madd(float *out, size_t out_stride, float *o
 /* VNNI layout: 4 int8 values of a token per slot (by 32-bit transposes), or
    for q8_pairs_layout() 8 values of each of 8 tokens side by side; the
    scales, and 128 * each group's sum. */
+/* prepare_q8_vnni() for q8_pairs_layout(), all T (<= 8) tokens at once: each
+   64 bytes of the 8 rows (zeros from token T on) transposed as 8x8 words of 8
+   bytes, so that the tokens' same 8 bytes lie side by side; each group's
+   bias, 128 times its values' sum, from vpsadbw's sums of the bytes + 128. */
+static AVX512 void prepare_q8_pairs_vnni(int8_t *x, int32_t *bias, int width, const int8_t *xq, int n,
+                                         int group_size, int T) {
+    const __m512i zero = _mm512_setzero_si512(), flip = _mm512_set1_epi8((char)0x80);
+    const __m256i offset = _mm256_set1_epi32(128 * group_size);
+    __m512i sums = zero; /* of the current group, one token per 64-bit lane */
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int pieces = n - j0 < 64 ? (n - j0) / 8 : 8;
+        __mmask64 bytes = pieces == 8 ? ~0ull : (1ull << (8 * pieces)) - 1;
+        __m512i r[8], lo[4], hi[4];
+        for (int t = 0; t < 8; t++) r[t] = t < T ? _mm512_maskz_loadu_epi8(bytes, xq + (size_t)t * n + j0) : zero;
+        for (int k = 0; k < 4; k++) { /* 128-bit lane L: tokens 2k, 2k + 1 of piece 2L (lo) and 2L + 1 (hi) */
+            lo[k] = _mm512_unpacklo_epi64(r[2 * k], r[2 * k + 1]);
+            hi[k] = _mm512_unpackhi_epi64(r[2 * k], r[2 * k + 1]);
+        }
+        for (int half = 0; half < 2; half++) { /* pieces 4 * half .. 4 * half + 3 */
+            for (int odd = 0; odd < 2; odd++) {
+                const __m512i *v = odd ? hi : lo;
+                __m512i a = half ? _mm512_shuffle_i64x2(v[0], v[1], 0xEE) : _mm512_shuffle_i64x2(v[0], v[1], 0x44);
+                __m512i b = half ? _mm512_shuffle_i64x2(v[2], v[3], 0xEE) : _mm512_shuffle_i64x2(v[2], v[3], 0x44);
+                r[4 * half + odd] = _mm512_shuffle_i64x2(a, b, 0x88);
+                r[4 * half + 2 + odd] = _mm512_shuffle_i64x2(a, b, 0xDD);
+            }
+        }
+        for (int c = 0; c < pieces; c++) { /* r[c]: piece c of tokens 0..7 */
+            int j = j0 + 8 * c;
+            _mm512_storeu_si512(x + (size_t)j * 8, r[c]);
+            sums = _mm512_add_epi64(sums, _mm512_sad_epu8(_mm512_xor_si512(r[c], flip), zero));
+            if ((j + 8) % group_size == 0) {
+                __m256i sum = _mm256_sub_epi32(_mm512_cvtepi64_epi32(sums), offset);
+                _mm256_storeu_si256((__m256i *)(bias + (size_t)(j / group_size) * width), _mm256_slli_epi32(sum, 7));
+                sums = zero;
+            }
+        }
+    }
+}
+
 static AVX512 void prepare_q8_vnni(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
                                    int begin, int end) {
     int width = (T + 15) / 16 * 16, groups = n / group_size, rows = (end < T ? end : T) - begin;
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
     int32_t *bias = (int32_t *)in.bias;
-    int pairs = q8_pairs_layout(T, group_size);
-    if (pairs)
-        for (int t = begin; t < begin + rows; t++)
-            for (int j = 0; j < n; j += 8) memcpy((int8_t *)in.x + (size_t)j * 8 + 8 * t, xq + (size_t)t * n + j, 8);
-    else
+    float *scale = (float *)in.scale;
+    if (q8_pairs_layout(T, group_size)) { /* one unit of prepare_task(): begin is 0 */
+        prepare_q8_pairs_vnni((int8_t *)in.x, bias, width, xq, n, group_size, T);
+        for (int t = T; t < 8; t++)
+            for (int g = 0; g < groups; g++) scale[(size_t)g * width + t] = 0;
+    } else {
         transpose_tiles((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
-    /* zeros up to a multiple of 8 tokens, which q8_rows16_vnni() takes as tokens */
-    for (int t = T > begin ? T : begin; t < (T + 7) / 8 * 8 && t < end; t++) {
-        if (pairs)
-            for (int j = 0; j < n; j += 8) memset((int8_t *)in.x + (size_t)j * 8 + 8 * t, 0, 8);
-        else
+        /* zeros up to a multiple of 8 tokens, which q8_rows16_vnni() takes as tokens */
+        for (int t = T > begin ? T : begin; t < (T + 7) / 8 * 8 && t < end; t++) {
             for (int j = 0; j < n / 4; j++) ((int32_t *)in.x)[(size_t)j * width + t] = 0;
-        for (int g = 0; g < groups; g++) bias[(size_t)g * width + t] = 0, ((float *)in.scale)[(size_t)g * width + t] = 0;
-    }
-    transpose_tiles((float *)in.scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
-    for (int t = begin; t < begin + rows; t++)
-        for (int g = 0; g < groups; g++) {
-            int32_t sum = 0;
-            for (int k = 0; k < group_size; k++) sum += xq[(size_t)t * n + g * group_size + k];
-            bias[(size_t)g * width + t] = 128 * sum;
+            for (int g = 0; g < groups; g++) bias[(size_t)g * width + t] = 0, scale[(size_t)g * width + t] = 0;
         }
+        for (int t = begin; t < begin + rows; t++)
+            for (int g = 0; g < groups; g++) {
+                int32_t sum = 0;
+                for (int k = 0; k < group_size; k++) sum += xq[(size_t)t * n + g * group_size + k];
+                bias[(size_t)g * width + t] = 128 * sum;
+            }
+    }
+    transpose_tiles(scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
 }
 
 /* vpmaddwd layout: 2 int8 values of a token widened to int16 per slot, and the scales. */
