@@ -5379,9 +5379,6 @@ static AVX512 void matmul_q8_tokens_madd(float *out, size_t out_stride, float *o
     matmul_q8_tokens_rows(out, out_stride, out_t, in, w, n, group_size, T, begin, end, group_dots_madd);
 }
 
-/* VNNI layout: 4 int8 values of a token per slot (by 32-bit transposes), or
-   for q8_pairs_layout() 8 values of each of 8 tokens side by side; the
-   scales, and 128 * each group's sum. */
 /* prepare_q8_vnni() for q8_pairs_layout(), all T (<= 8) tokens at once: each
    64 bytes of the 8 rows (zeros from token T on) transposed as 8x8 words of 8
    bytes, so that the tokens' same 8 bytes lie side by side; each group's
@@ -5422,31 +5419,36 @@ static AVX512 void prepare_q8_pairs_vnni(int8_t *x, int32_t *bias, int width, co
     }
 }
 
+/* VNNI layout: 4 int8 values of a token per slot (by 32-bit transposes), or
+   for q8_pairs_layout() 8 values of each of 8 tokens side by side; the
+   scales, and 128 * each group's sum. */
 static AVX512 void prepare_q8_vnni(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
                                    int begin, int end) {
     int width = (T + 15) / 16 * 16, groups = n / group_size, rows = (end < T ? end : T) - begin;
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
     int32_t *bias = (int32_t *)in.bias;
     float *scale = (float *)in.scale;
-    if (q8_pairs_layout(T, group_size)) { /* one unit of prepare_task(): begin is 0 */
+    if (q8_pairs_layout(T, group_size)) { /* all the tokens, by the unit that starts at token 0 */
+        if (begin > 0) return;
         prepare_q8_pairs_vnni((int8_t *)in.x, bias, width, xq, n, group_size, T);
         for (int t = T; t < 8; t++)
             for (int g = 0; g < groups; g++) scale[(size_t)g * width + t] = 0;
-    } else {
-        transpose_tiles((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
-        /* zeros up to a multiple of 8 tokens, which q8_rows16_vnni() takes as tokens */
-        for (int t = T > begin ? T : begin; t < (T + 7) / 8 * 8 && t < end; t++) {
-            for (int j = 0; j < n / 4; j++) ((int32_t *)in.x)[(size_t)j * width + t] = 0;
-            for (int g = 0; g < groups; g++) bias[(size_t)g * width + t] = 0, scale[(size_t)g * width + t] = 0;
-        }
-        for (int t = begin; t < begin + rows; t++)
-            for (int g = 0; g < groups; g++) {
-                int32_t sum = 0;
-                for (int k = 0; k < group_size; k++) sum += xq[(size_t)t * n + g * group_size + k];
-                bias[(size_t)g * width + t] = 128 * sum;
-            }
+        transpose_tiles(scale, width, xs, groups, T, groups);
+        return;
+    }
+    transpose_tiles((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
+    /* zeros up to a multiple of 8 tokens, which q8_rows16_vnni() takes as tokens */
+    for (int t = T > begin ? T : begin; t < (T + 7) / 8 * 8 && t < end; t++) {
+        for (int j = 0; j < n / 4; j++) ((int32_t *)in.x)[(size_t)j * width + t] = 0;
+        for (int g = 0; g < groups; g++) bias[(size_t)g * width + t] = 0, scale[(size_t)g * width + t] = 0;
     }
     transpose_tiles(scale + begin, width, xs + (size_t)begin * groups, groups, rows, groups);
+    for (int t = begin; t < begin + rows; t++)
+        for (int g = 0; g < groups; g++) {
+            int32_t sum = 0;
+            for (int k = 0; k < group_size; k++) sum += xq[(size_t)t * n + g * group_size + k];
+            bias[(size_t)g * width + t] = 128 * sum;
+        }
 }
 
 /* vpmaddwd layout: 2 int8 values of a token widened to int16 per slot, and the scales. */

@@ -2843,7 +2843,7 @@ static void test_fast_softmax_swiglu(void) {
    vectors and ones it leaves to rope(); inputs include zeros, infinities and
    NaNs (any NaN matches any NaN). */
 static void test_fast_rope(void) {
-    static const int head_sizes[] = {2, 6, 8, 16, 24, 64, 128};
+    static const int head_sizes[] = {2, 6, 8, 12, 16, 24, 64, 128};
     static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, 3e38f, -3e38f};
     for (size_t k = 0; k < sizeof head_sizes / sizeof head_sizes[0]; k++) {
         int head_size = head_sizes[k], n = 3 * head_size;
