@@ -2373,8 +2373,8 @@ static void rmsnorm_tokens(float *out, const float *x, const float *weight, int 
 
 static const KernelSet plain_kernels = {
     .name = "plain", .cpu_has = cpu_has_always, .matvec = matvec, .quantize = quantize, .matvec_q8 = matvec_q8,
-    .matvec_q4k = matvec_q4k, .matvec_q6k = matvec_q6k, .softmax = softmax, .argmax = sample_argmax, .swiglu = swiglu, .rope = rope,
-    .rmsnorm_tokens = rmsnorm_tokens,
+    .matvec_q4k = matvec_q4k, .matvec_q6k = matvec_q6k, .softmax = softmax, .argmax = sample_argmax, .swiglu = swiglu,
+    .rope = rope, .rmsnorm_tokens = rmsnorm_tokens,
     .attention_block = attention_block_plain,
 };
 
@@ -5665,9 +5665,9 @@ static AVX512 void matmul_q8_tokens_avx512(float *out, size_t out_stride, float 
 static const KernelSet avx512_kernels = {
     .name = "avx512", .cpu_has = cpu_has_avx512, .matvec = matvec_avx512, .quantize = quantize_avx512,
     .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k_avx2, .matvec_q6k = matvec_q6k_avx2,
-    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rope = rope_avx2, .rmsnorm_tokens = rmsnorm_tokens_avx2,
-    .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
-    .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 2,
+    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rope = rope_avx2,
+    .rmsnorm_tokens = rmsnorm_tokens_avx2, .attention_block = attention_block_avx512,
+    .prepare_tokens = prepare_tokens_avx512, .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 2,
     .prepare_q8_tokens = prepare_q8_tokens_avx512, .matmul_q8_tokens = matmul_q8_tokens_avx512,
     .matmul_q4k_tokens = matmul_q4k_tokens_avx2, .matmul_q6k_tokens = matmul_q6k_tokens_avx2,
 };
@@ -5675,9 +5675,9 @@ static const KernelSet avx512_kernels = {
 static const KernelSet vnni_kernels = {
     .name = "vnni", .cpu_has = cpu_has_vnni, .matvec = matvec_avx512, .quantize = quantize_avx512,
     .matvec_q8 = matvec_q8_vnni, .matvec_q4k = matvec_q4k_vnni, .matvec_q6k = matvec_q6k_vnni,
-    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rope = rope_avx2, .rmsnorm_tokens = rmsnorm_tokens_avx2,
-    .attention_block = attention_block_avx512, .prepare_tokens = prepare_tokens_avx512,
-    .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
+    .softmax = softmax_avx512, .argmax = argmax_avx2, .swiglu = swiglu_avx512, .rope = rope_avx2,
+    .rmsnorm_tokens = rmsnorm_tokens_avx2, .attention_block = attention_block_avx512,
+    .prepare_tokens = prepare_tokens_avx512, .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
     .matmul_q4k_tokens = matmul_q4k_tokens_vnni, .matmul_q6k_tokens = matmul_q6k_tokens_vnni, .packs_q8 = 1,
 };
