@@ -208,7 +208,7 @@ typedef struct {
     float *k;      /* this position's key [kv_dim], on its way into the cache */
     float *v;      /* and its value [kv_dim] */
     float *att;    /* one head's attention scores [n_pos] */
-    float *row;    /* one int8 cache row, dequantized [head_size] */
+    int16_t *query16; /* one head's query in int16, for the int8 cache's scores [head_size] */
     float *logits; /* [vocab_size] */
     KVCache key_cache, value_cache;
     float *rope_cos; /* [n_pos][head_size / 2] */
@@ -280,6 +280,22 @@ static void quantize(int8_t *q, float *scale, const float *x, int n, int group_s
             q[g * group_size + i] = r >= -127 && r <= 127 ? (int8_t)r : 0; /* NaN from a broken model: 0 */
         }
     }
+}
+
+/* One head's query in int16, for the scores against the int8 cache's keys:
+   scale = max|q| / 32767, q16 = q * (32767 / max|q|) rounded to the nearest
+   integer, ties to even (adding and taking away 1.5 * 2^23 rounds a float
+   below 2^22 in magnitude so, in a vector unit too). Returns the scale. */
+static float quantize_query(int16_t *q16, const float *q, int n) {
+    float max_abs = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(q[i]) > max_abs) max_abs = fabsf(q[i]);
+    float inverse = max_abs > 0 ? 32767.0f / max_abs : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float v = q[i] * inverse;
+        q16[i] = fabsf(v) < 32767.5f ? (int16_t)((v + 0x1.8p23f) - 0x1.8p23f) : 0; /* NaN from a broken model: 0 */
+    }
+    return max_abs / 32767.0f;
 }
 
 /* out[i] = W[i] . x with both sides int8, for rows [begin, end): an integer dot
@@ -552,21 +568,36 @@ static const float *cache_row(const KVCache *c, int layer, int kv_head, int pos,
 
 /* One query head attending over positions 0..pos of its KV head (in layer
    `layer`): scores q.k / sqrt(head_size), softmaxed, then the values mixed by
-   them. row: room for one dequantized cache row. */
+   them. Against the int8 cache's keys the query goes to int16 (query16: room
+   for it), and each score is an integer dot product, exact, times the two
+   scales: a fast kernel may add its products in any order. Values are read as
+   cache_row() reads them. */
 static void attention_head(float *out, const float *q, const KVCache *keys, const KVCache *values, int layer,
-                           int kv_head, int pos, float *att, float *row) {
+                           int kv_head, int pos, float *att, int16_t *query16) {
     int head_size = keys->head_size;
+    float query_scale = keys->q ? quantize_query(query16, q, head_size) : 0.0f;
     for (int t = 0; t <= pos; t++) {
-        const float *key = cache_row(keys, layer, kv_head, t, row);
+        size_t number = cache_row_number(keys, layer, kv_head, t), at = number * head_size;
         float score = 0.0f;
-        for (int i = 0; i < head_size; i++) score += key[i] * q[i];
+        if (keys->f32) {
+            for (int i = 0; i < head_size; i++) score += keys->f32[at + i] * q[i];
+        } else {
+            int64_t dot = 0;
+            for (int i = 0; i < head_size; i++) dot += query16[i] * keys->q[at + i];
+            score = (float)dot * (query_scale * keys->scale[number]);
+        }
         att[t] = score / sqrtf(head_size);
     }
     softmax(att, pos + 1);
     memset(out, 0, head_size * sizeof(float));
     for (int t = 0; t <= pos; t++) {
-        const float *value = cache_row(values, layer, kv_head, t, row);
-        for (int i = 0; i < head_size; i++) out[i] += att[t] * value[i];
+        size_t number = cache_row_number(values, layer, kv_head, t), at = number * head_size;
+        if (values->f32) {
+            for (int i = 0; i < head_size; i++) out[i] += att[t] * values->f32[at + i];
+        } else {
+            float scale = values->scale[number];
+            for (int i = 0; i < head_size; i++) out[i] += att[t] * ((float)values->q[at + i] * scale);
+        }
     }
 }
 
@@ -608,7 +639,7 @@ __attribute__((unused)) static float *forward(const Checkpoint *ck, RunState *s,
         cache_store(&s->value_cache, l, pos, s->v, quantize);
         for (int h = 0; h < c->n_heads; h++)
             attention_head(s->xb + h * head_size, s->q + h * head_size, &s->key_cache, &s->value_cache, l,
-                           h / heads_per_kv, pos, s->att, s->row);
+                           h / heads_per_kv, pos, s->att, s->query16);
         in = prepare_input(s, s->xb, q_dim);
         linear(s->xb2, &in, &w->wo[l], dim);
         add(s->x, s->xb2, dim);
@@ -1145,7 +1176,7 @@ static void init_run_state(RunState *s, const Config *c, int n_pos, int n_blocks
     s->k = xcalloc(kv_dim, sizeof(float));
     s->v = xcalloc(kv_dim, sizeof(float));
     s->att = xcalloc(n_pos, sizeof(float));
-    s->row = xcalloc(head_size, sizeof(float));
+    s->query16 = xcalloc(head_size, sizeof(int16_t));
     s->logits = xcalloc(c->vocab_size, sizeof(float));
     init_kv_cache(&s->key_cache, c, n_blocks ? n_blocks : 1, n_blocks ? KV_BLOCK : n_pos, cache);
     init_kv_cache(&s->value_cache, c, n_blocks ? n_blocks : 1, n_blocks ? KV_BLOCK : n_pos, cache);
@@ -1166,7 +1197,7 @@ static void init_run_state(RunState *s, const Config *c, int n_pos, int n_blocks
 
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->k); free(s->v);
-    free(s->att); free(s->row); free(s->logits);
+    free(s->att); free(s->query16); free(s->logits);
     free_kv_cache(&s->key_cache); free_kv_cache(&s->value_cache);
     free(s->xq); free(s->xq_scale); free(s->rope_cos); free(s->rope_sin);
 }
@@ -2291,10 +2322,11 @@ typedef struct {
     /* attention_head() for the n_heads query heads of n_tokens consecutive
        tokens (positions pos, pos + 1, ...) that share KV head kv_head of the
        layer; q and out are rows of dim floats from the first of those heads
-       on; att holds 8 rows of att_stride floats, row room for a cache row */
+       on; att holds 8 rows of att_stride floats, query16 room for one head's
+       query in int16 */
     void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
-                            const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
-                            int n_heads);
+                            const KVCache *values, int layer, int kv_head, float *att, size_t att_stride,
+                            int16_t *query16, int n_heads);
     /* Batched matmuls, T > 1 tokens at once (and T = 1 for the int8 matrices
        a set that packs_q8 has packed), each weight read once for all:
        out[t * out_stride + i] = W[i] . x[t] for rows [begin, end). prepare_*
@@ -2358,12 +2390,12 @@ static int cpu_has_always(void) { return 1; }
 
 static void attention_block_plain(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                                   const KVCache *values, int layer, int kv_head, float *att, size_t att_stride,
-                                  float *row, int n_heads) {
+                                  int16_t *query16, int n_heads) {
     (void)att_stride;
     for (int t = 0; t < n_tokens; t++)
         for (int h = 0; h < n_heads; h++) {
             size_t offset = (size_t)t * dim + (size_t)h * keys->head_size;
-            attention_head(out + offset, q + offset, keys, values, layer, kv_head, pos + t, att, row);
+            attention_head(out + offset, q + offset, keys, values, layer, kv_head, pos + t, att, query16);
         }
 }
 
@@ -4424,66 +4456,74 @@ static inline __attribute__((always_inline)) void q8_columns8(f32x8 col[8], cons
     transpose(col, buf[0], 8);
 }
 
-/* Byte b of each lane of a column, widened, converted and scaled: one
-   dimension of 8 keys exactly as cache_row() makes it. */
-static inline __attribute__((always_inline)) void q8_column_values8(f32x8 *key, const f32x8 *column, int b,
-                                                                   const f32x8 *scale) {
-    u32x8 bits = (u32x8)*column;
-    i32x8 value = (i32x8)(bits << (24 - 8 * b)) >> 24;
-    *key = __builtin_convertvector(value, f32x8) * *scale;
-}
-
-/* scores_keys() from int8 rows of head_size bytes (a multiple of 4) and
-   their scales: keys t0 .. t0 + 8 B - 1, of them the first n_rows (below 8
-   only when B is 1). */
+/* attention_head()'s integer dot products of Q queries, as int16 pairs
+   (quantize_query_pairs()), with int8 keys t0 .. t0 + 8 B - 1 of head_size
+   bytes (a multiple of 4), of them the first n_rows (below 8 only when B is
+   1), then scaled. Each 4-byte column of the transposed keys splits into its
+   bytes 0 and 2 and its bytes 1 and 3 as int16 pairs, for the set's pair(). */
 static inline __attribute__((always_inline)) void
-scores_q8_keys8(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
-               int t0, int n_rows, int head_size, int B, TransposeFn transpose) {
+scores_q8_keys8(float *att, size_t att_stride, const int32_t *const *query, const float *query_scale, int Q,
+                const int8_t *keys, const float *scales, int t0, int n_rows, int head_size, int B,
+                TransposeFn transpose, PairFn pair) {
     const int8_t *block0 = keys + (size_t)t0 * head_size, *block1 = B == 2 ? block0 + 8 * (size_t)head_size : block0;
-    f32x8 acc0[4], acc1[4], scale0 = {0}, scale1 = {0};
+    i32x8 acc0[4], acc1[4];
+    f32x8 scale0 = {0}, scale1 = {0};
     memcpy(&scale0, scales + t0, n_rows * sizeof(float));
     if (B == 2) memcpy(&scale1, scales + t0 + 8, sizeof scale1);
-    for (int h = 0; h < Q; h++) acc0[h] = acc1[h] = (f32x8){0};
+    for (int h = 0; h < Q; h++) acc0[h] = acc1[h] = (i32x8){0};
     for (int j = 0; j < head_size; j += 32) {
         int words = head_size - j < 32 ? (head_size - j) / 4 : 8;
         f32x8 col0[8], col1[8];
         q8_columns8(col0, block0, head_size, j, n_rows, transpose);
         if (B == 2) q8_columns8(col1, block1, head_size, j, 8, transpose);
-        for (int c = 0; c < words; c++)
-            for (int b = 0; b < 4; b++) {
-                f32x8 key0, key1;
-                q8_column_values8(&key0, &col0[c], b, &scale0);
-                if (B == 2) q8_column_values8(&key1, &col1[c], b, &scale1);
-                for (int h = 0; h < Q; h++) {
-                    acc0[h] += key0 * q[h][j + 4 * c + b];
-                    if (B == 2) acc1[h] += key1 * q[h][j + 4 * c + b];
+        for (int c = 0; c < words; c++) {
+            i16x16 even0 = ((i16x16)col0[c] << 8) >> 8, odd0 = (i16x16)col0[c] >> 8, even1 = even0, odd1 = odd0;
+            if (B == 2) even1 = ((i16x16)col1[c] << 8) >> 8, odd1 = (i16x16)col1[c] >> 8;
+            for (int h = 0; h < Q; h++) {
+                int32_t pair_even = query[h][j / 2 + 2 * c], pair_odd = query[h][j / 2 + 2 * c + 1];
+                pair(&acc0[h], (const int16_t *)&even0, pair_even);
+                pair(&acc0[h], (const int16_t *)&odd0, pair_odd);
+                if (B == 2) {
+                    pair(&acc1[h], (const int16_t *)&even1, pair_even);
+                    pair(&acc1[h], (const int16_t *)&odd1, pair_odd);
                 }
             }
+        }
     }
     for (int h = 0; h < Q; h++) {
-        memcpy(att + h * att_stride + t0, &acc0[h], n_rows * sizeof(float));
-        if (B == 2) memcpy(att + h * att_stride + t0 + 8, &acc1[h], sizeof(f32x8));
+        f32x8 score0 = __builtin_convertvector(acc0[h], f32x8) * (query_scale[h] * scale0);
+        memcpy(att + h * att_stride + t0, &score0, n_rows * sizeof(float));
+        if (B == 2) {
+            f32x8 score1 = __builtin_convertvector(acc1[h], f32x8) * (query_scale[h] * scale1);
+            memcpy(att + h * att_stride + t0 + 8, &score1, sizeof score1);
+        }
     }
 }
 
 /* The scores of n_keys int8 keys for up to 4 queries: 16 at a time, then 8,
    then the last few as a block of 8 with rows missing. */
 static inline __attribute__((always_inline)) void
-scores_q8_body8(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
-               int n_keys, int head_size, TransposeFn transpose) {
+scores_q8_body8(float *att, size_t att_stride, const int32_t *const *query, const float *query_scale, int Q,
+                const int8_t *keys, const float *scales, int n_keys, int head_size, TransposeFn transpose,
+                PairFn pair) {
     int t = 0;
-    for (; t + 16 <= n_keys; t += 16) scores_q8_keys8(att, att_stride, q, Q, keys, scales, t, 8, head_size, 2, transpose);
-    for (; t + 8 <= n_keys; t += 8) scores_q8_keys8(att, att_stride, q, Q, keys, scales, t, 8, head_size, 1, transpose);
-    if (t < n_keys) scores_q8_keys8(att, att_stride, q, Q, keys, scales, t, n_keys - t, head_size, 1, transpose);
+    for (; t + 16 <= n_keys; t += 16)
+        scores_q8_keys8(att, att_stride, query, query_scale, Q, keys, scales, t, 8, head_size, 2, transpose, pair);
+    for (; t + 8 <= n_keys; t += 8)
+        scores_q8_keys8(att, att_stride, query, query_scale, Q, keys, scales, t, 8, head_size, 1, transpose, pair);
+    if (t < n_keys)
+        scores_q8_keys8(att, att_stride, query, query_scale, Q, keys, scales, t, n_keys - t, head_size, 1, transpose,
+                        pair);
 }
 
 static inline __attribute__((always_inline)) void
-scores_q8_group_body(float *att, size_t att_stride, const float *const *query, int count, const int8_t *keys,
-                     const float *scales, int n_keys, int head_size, TransposeFn transpose) {
+scores_q8_group_body(float *att, size_t att_stride, const int32_t *const *query, const float *query_scale, int count,
+                     const int8_t *keys, const float *scales, int n_keys, int head_size, TransposeFn transpose,
+                     PairFn pair) {
     switch (count) {
-    case 1: scores_q8_body8(att, att_stride, query, 1, keys, scales, n_keys, head_size, transpose); break;
-    case 2: scores_q8_body8(att, att_stride, query, 2, keys, scales, n_keys, head_size, transpose); break;
-    default: scores_q8_body8(att, att_stride, query, 4, keys, scales, n_keys, head_size, transpose); break;
+    case 1: scores_q8_body8(att, att_stride, query, query_scale, 1, keys, scales, n_keys, head_size, transpose, pair); break;
+    case 2: scores_q8_body8(att, att_stride, query, query_scale, 2, keys, scales, n_keys, head_size, transpose, pair); break;
+    default: scores_q8_body8(att, att_stride, query, query_scale, 4, keys, scales, n_keys, head_size, transpose, pair); break;
     }
 }
 
@@ -4539,29 +4579,70 @@ typedef void (*ValuesFn)(float *const *out, const float *att, size_t att_stride,
 /* The scores, and the weighted values, straight from an int8 cache's rows
    (consecutive, one scale each; head sizes a multiple of 4), where a kernel
    set has them (NULL where a tile dequantized first is faster: the 8-lane
-   sets' values). */
-typedef void (*ScoresQ8Fn)(float *att, size_t att_stride, const float *const *query, int count, const int8_t *keys,
-                           const float *scales, int n_keys, int head_size);
+   sets' values). The scores take each query as int16 pairs
+   (quantize_query_pairs()) and its scale. */
+typedef void (*ScoresQ8Fn)(float *att, size_t att_stride, const int32_t *const *query_pairs, const float *query_scale,
+                           int count, const int8_t *keys, const float *scales, int n_keys, int head_size);
 typedef void (*ValuesQ8Fn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
                            const int8_t *rows, const float *scales, int head_size, int t0, int t_end);
+
+/* The widest query head the fast kernels score against int8 keys: their
+   integer sums stay within int32 (512 x 32767 x 127 < 2^31). */
+#define MAX_Q8_SCORE_HEAD 512
+
+/* quantize_query() 4 values at a time (the same maximum, product and
+   rounding), written as int16 pairs in the order the kernels take them: of
+   each 4 values a, b, c, d, the pair (a, c) and then (b, d), for a key's
+   bytes 0 and 2 and bytes 1 and 3. */
+static inline __attribute__((always_inline)) float quantize_query_pairs(int32_t *pairs, const float *q, int n) {
+    const i32x4 abs_mask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
+    f32x4 lane_max = {0};
+    for (int i = 0; i < n; i += 4) {
+        f32x4 a;
+        memcpy(&a, q + i, sizeof a);
+        a = (f32x4)((i32x4)a & abs_mask);
+        i32x4 greater = a > lane_max;
+        lane_max = (f32x4)(((i32x4)a & greater) | ((i32x4)lane_max & ~greater));
+    }
+    float max_abs = 0.0f;
+    for (int k = 0; k < 4; k++)
+        if (lane_max[k] > max_abs) max_abs = lane_max[k];
+    float inverse = max_abs > 0 ? 32767.0f / max_abs : 0.0f;
+    for (int i = 0; i < n; i += 4) {
+        f32x4 v;
+        memcpy(&v, q + i, sizeof v);
+        v *= inverse;
+        i32x4 in_range = (f32x4)((i32x4)v & abs_mask) < 32767.5f; /* false for NaN */
+        v = (v + 0x1.8p23f) - 0x1.8p23f;
+        i32x4 r = __builtin_convertvector((f32x4)((i32x4)v & in_range), i32x4);
+        pairs[i / 2] = (int32_t)((uint32_t)(uint16_t)r[0] | (uint32_t)(uint16_t)r[2] << 16);
+        pairs[i / 2 + 1] = (int32_t)((uint32_t)(uint16_t)r[1] | (uint32_t)(uint16_t)r[3] << 16);
+    }
+    return max_abs / 32767.0f;
+}
 
 /* attention_head() for the n_heads query heads of n_tokens consecutive tokens
    that share KV head kv_head, `group` queries (at most 8) at a time: each tile
    of keys, then of values (kv_tile()), is read once for the group; or, from
    the int8 cache, each block's run of rows as they are. Head sizes not a
-   multiple of head_step, or above max_head_size, go to Part I's loop. */
+   multiple of head_step, or above max_head_size, go to Part I's loop, and so
+   do int8 keys the set cannot score. */
 static inline __attribute__((always_inline)) void
 attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
-                     const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, float *row,
+                     const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, int16_t *query16,
                      int n_heads, int group, int head_step, int max_head_size, ScoresFn scores,
                      SoftmaxRowsFn softmax_rows, ValuesFn weighted_values, ScoresQ8Fn scores_q8,
                      ValuesQ8Fn weighted_values_q8) {
     int head_size = keys->head_size;
-    if (head_size % head_step || head_size > max_head_size) {
-        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads);
+    int direct_keys = !keys->f32 && scores_q8 && head_size % 4 == 0 && head_size <= MAX_Q8_SCORE_HEAD;
+    if (head_size % head_step || head_size > max_head_size || (!keys->f32 && !direct_keys)) {
+        attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, query16,
+                              n_heads);
         return;
     }
-    float tile[KV_TILE_FLOATS], divisor = sqrtf(head_size);
+    float tile[KV_TILE_FLOATS], divisor = sqrtf(head_size), query_scale[8];
+    int32_t query_pairs[8][MAX_Q8_SCORE_HEAD / 2];
+    const int32_t *pairs[8];
     int n_q = n_tokens * n_heads;
     for (int first = 0; first < n_q; first += group) {
         int count = n_q - first < group ? n_q - first : group, last[8];
@@ -4573,16 +4654,21 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
             query_out[k] = out + (size_t)token * dim + head * head_size;
             last[k] = pos + token; /* causal: the last position this query sees */
         }
-        for (int k = count; k < group; k++) query[k] = query[count - 1];
+        for (int k = 0; k < group; k++) {
+            if (k >= count) query[k] = query[count - 1];
+            if (direct_keys) {
+                query_scale[k] = k < count ? quantize_query_pairs(query_pairs[k], query[k], head_size) : query_scale[k - 1];
+                pairs[k] = k < count ? query_pairs[k] : pairs[k - 1];
+            }
+        }
         /* scores up to the latest position any of them sees */
-        int n_keys = last[count - 1] + 1, direct_keys = !keys->f32 && scores_q8 && head_size % 4 == 0;
-        int direct_values = !values->f32 && weighted_values_q8;
+        int n_keys = last[count - 1] + 1, direct_values = !values->f32 && weighted_values_q8;
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
             if (direct_keys) { /* a block's rows at a time */
                 const int8_t *rows;
                 const float *scales;
                 n = kv_q8_run(keys, layer, kv_head, t0, n_keys, &rows, &scales);
-                scores_q8(att + t0, att_stride, query, count, rows, scales, n, head_size);
+                scores_q8(att + t0, att_stride, pairs, query_scale, count, rows, scales, n, head_size);
                 continue;
             }
             n = kv_tile_length(keys, t0, n_keys);
@@ -4894,79 +4980,83 @@ q8_columns(__m512 columns[16], const int8_t *rows, int head_size, int j, int wor
     transpose16(columns);
 }
 
-/* Byte b of each lane of a column, widened, converted and scaled: one
-   dimension of 16 keys exactly as cache_row() makes it. */
-static inline __attribute__((always_inline)) AVX512 __m512 q8_column_values(__m512 column, int b, __m512 scale) {
-    __m512i bytes = _mm512_srai_epi32(_mm512_slli_epi32(_mm512_castps_si512(column), 24 - 8 * b), 24);
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(bytes), scale);
-}
-
-/* scores_avx512 from int8 rows of head_size bytes (a multiple of 16) and
-   their scales, keys t0 .. t0 + 16 B - 1 (of them the first n_rows, fewer
-   than 16 only when B is 1): each 16 rows' 64-byte pieces transposed
-   (q8_columns()); B * Q chains of adds. */
+/* scores_q8_keys8() 16 keys to a vector: keys t0 .. t0 + 16 B - 1 (of them
+   the first n_rows, fewer than 16 only when B is 1), each 16 rows' 64-byte
+   pieces transposed (q8_columns()); B * Q integer sums. */
 static inline __attribute__((always_inline)) AVX512 void
-scores_q8_keys(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
-               int t0, int n_rows, int head_size, int B, size_t ahead) {
+scores_q8_keys(float *att, size_t att_stride, const int32_t *const *query, const float *query_scale, int Q,
+               const int8_t *keys, const float *scales, int t0, int n_rows, int head_size, int B, size_t ahead) {
     const int8_t *block0 = keys + (size_t)t0 * head_size, *block1 = B == 2 ? block0 + 16 * (size_t)head_size : block0;
     __mmask16 rows_mask = n_rows >= 16 ? 0xffff : (__mmask16)((1u << n_rows) - 1);
-    __m512 scale0 = _mm512_maskz_loadu_ps(rows_mask, scales + t0), scale1 = scale0, acc0[8], acc1[8];
+    __m512 scale0 = _mm512_maskz_loadu_ps(rows_mask, scales + t0), scale1 = scale0;
+    __m512i acc0[8], acc1[8];
     if (B == 2) scale1 = _mm512_loadu_ps(scales + t0 + 16);
-    for (int h = 0; h < Q; h++) acc0[h] = acc1[h] = _mm512_setzero_ps();
+    for (int h = 0; h < Q; h++) acc0[h] = acc1[h] = _mm512_setzero_si512();
     for (int j = 0; j < head_size; j += 64) {
         int words = head_size - j < 64 ? (head_size - j) / 4 : 16;
         __m512 columns0[16], columns1[16];
         q8_columns(columns0, block0, head_size, j, words, n_rows, ahead);
         if (B == 2) q8_columns(columns1, block1, head_size, j, words, 16, ahead);
-        for (int c = 0; c < words; c++)
-            for (int b = 0; b < 4; b++) {
-                __m512 key0 = q8_column_values(columns0[c], b, scale0), key1 = key0;
-                if (B == 2) key1 = q8_column_values(columns1[c], b, scale1);
-                for (int h = 0; h < Q; h++) {
-                    __m512 qv = _mm512_set1_ps(q[h][j + 4 * c + b]);
-                    acc0[h] = _mm512_add_ps(acc0[h], _mm512_mul_ps(key0, qv));
-                    if (B == 2) acc1[h] = _mm512_add_ps(acc1[h], _mm512_mul_ps(key1, qv));
-                }
+        for (int c = 0; c < words; c++) {
+            __m512i column0 = _mm512_castps_si512(columns0[c]), column1 = column0;
+            if (B == 2) column1 = _mm512_castps_si512(columns1[c]);
+            __m512i even0 = _mm512_srai_epi16(_mm512_slli_epi16(column0, 8), 8), odd0 = _mm512_srai_epi16(column0, 8);
+            __m512i even1 = _mm512_srai_epi16(_mm512_slli_epi16(column1, 8), 8), odd1 = _mm512_srai_epi16(column1, 8);
+            for (int h = 0; h < Q; h++) {
+                __m512i pair_even = _mm512_set1_epi32(query[h][j / 2 + 2 * c]);
+                __m512i pair_odd = _mm512_set1_epi32(query[h][j / 2 + 2 * c + 1]);
+                acc0[h] = _mm512_add_epi32(acc0[h], _mm512_add_epi32(_mm512_madd_epi16(even0, pair_even),
+                                                                     _mm512_madd_epi16(odd0, pair_odd)));
+                if (B == 2)
+                    acc1[h] = _mm512_add_epi32(acc1[h], _mm512_add_epi32(_mm512_madd_epi16(even1, pair_even),
+                                                                         _mm512_madd_epi16(odd1, pair_odd)));
             }
+        }
     }
     for (int h = 0; h < Q; h++) {
-        _mm512_mask_storeu_ps(att + h * att_stride + t0, rows_mask, acc0[h]);
-        if (B == 2) _mm512_storeu_ps(att + h * att_stride + t0 + 16, acc1[h]);
+        __m512 scale = _mm512_set1_ps(query_scale[h]);
+        _mm512_mask_storeu_ps(att + h * att_stride + t0, rows_mask,
+                              _mm512_mul_ps(_mm512_cvtepi32_ps(acc0[h]), _mm512_mul_ps(scale, scale0)));
+        if (B == 2)
+            _mm512_storeu_ps(att + h * att_stride + t0 + 16,
+                             _mm512_mul_ps(_mm512_cvtepi32_ps(acc1[h]), _mm512_mul_ps(scale, scale1)));
     }
 }
 
 /* The scores of n_keys int8 keys: 32 at a time for one or two queries (whose
-   chains of adds are few), else 16; the last few as a block of 16 with rows
-   missing. Each block asks for the next one's rows while the run has them. */
+   sums are few), else 16; the last few as a block of 16 with rows missing.
+   Each block asks for the next one's rows while the run has them. */
 static inline __attribute__((always_inline)) AVX512 void
-scores_q8_avx512(float *att, size_t att_stride, const float *const *q, int Q, const int8_t *keys, const float *scales,
-                 int n_keys, int head_size) {
+scores_q8_avx512(float *att, size_t att_stride, const int32_t *const *query, const float *query_scale, int Q,
+                 const int8_t *keys, const float *scales, int n_keys, int head_size) {
     int t = 0;
     if (Q <= 2)
         for (; t + 32 <= n_keys; t += 32)
-            scores_q8_keys(att, att_stride, q, Q, keys, scales, t, 16, head_size, 2,
+            scores_q8_keys(att, att_stride, query, query_scale, Q, keys, scales, t, 16, head_size, 2,
                            t + 64 <= n_keys ? 32 * (size_t)head_size : 0);
     for (; t + 16 <= n_keys; t += 16)
-        scores_q8_keys(att, att_stride, q, Q, keys, scales, t, 16, head_size, 1,
+        scores_q8_keys(att, att_stride, query, query_scale, Q, keys, scales, t, 16, head_size, 1,
                        t + 32 <= n_keys ? 16 * (size_t)head_size : 0);
-    if (t < n_keys) scores_q8_keys(att, att_stride, q, Q, keys, scales, t, n_keys - t, head_size, 1, 0);
+    if (t < n_keys)
+        scores_q8_keys(att, att_stride, query, query_scale, Q, keys, scales, t, n_keys - t, head_size, 1, 0);
 }
 
-static AVX512 void scores_group_q8_avx512(float *att, size_t att_stride, const float *const *query, int count,
-                                          const int8_t *keys, const float *scales, int n_keys, int head_size) {
+static AVX512 void scores_group_q8_avx512(float *att, size_t att_stride, const int32_t *const *query,
+                                          const float *query_scale, int count, const int8_t *keys,
+                                          const float *scales, int n_keys, int head_size) {
     switch (count) {
-    case 1: scores_q8_avx512(att, att_stride, query, 1, keys, scales, n_keys, head_size); break;
-    case 2: scores_q8_avx512(att, att_stride, query, 2, keys, scales, n_keys, head_size); break;
-    case 3: case 4: scores_q8_avx512(att, att_stride, query, 4, keys, scales, n_keys, head_size); break;
-    default: scores_q8_avx512(att, att_stride, query, 8, keys, scales, n_keys, head_size); break;
+    case 1: scores_q8_avx512(att, att_stride, query, query_scale, 1, keys, scales, n_keys, head_size); break;
+    case 2: scores_q8_avx512(att, att_stride, query, query_scale, 2, keys, scales, n_keys, head_size); break;
+    case 3: case 4: scores_q8_avx512(att, att_stride, query, query_scale, 4, keys, scales, n_keys, head_size); break;
+    default: scores_q8_avx512(att, att_stride, query, query_scale, 8, keys, scales, n_keys, head_size); break;
     }
 }
 
 /* The attention driver, 8 queries at a time, for head sizes 16, 32, ... 128. */
 static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos,
                                           const KVCache *keys, const KVCache *values, int layer, int kv_head,
-                                          float *att, size_t att_stride, float *row, int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, n_heads, 8,
+                                          float *att, size_t att_stride, int16_t *query16, int n_heads) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, query16, n_heads, 8,
                          16, 128, scores_group_avx512, softmax_rows_avx512, weighted_values_avx512,
                          scores_group_q8_avx512, weighted_values_q8_avx512);
 }
@@ -5526,7 +5616,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
 
 /* The 8-lane quantize() and attention of one target: queries 4 at a time,
    any head size whose int8 rows fit a tile. */
-#define QUANTIZE_ATTENTION_8LANE(set, TARGET, transpose, exp8) \
+#define QUANTIZE_ATTENTION_8LANE(set, TARGET, transpose, exp8, pair) \
     static TARGET void quantize_##set(int8_t *q, float *scale, const float *x, int n, int group_size) { \
         quantize_body(q, scale, x, n, group_size); \
     } \
@@ -5542,14 +5632,16 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
                                              int head_size, int t0, int t_end) { \
         weighted_values_tile(out, att, att_stride, last, count, rows, stride, head_size, t0, t_end); \
     } \
-    static TARGET void scores_q8_##set(float *att, size_t att_stride, const float *const *query, int count, \
-                                       const int8_t *keys, const float *scales, int n_keys, int head_size) { \
-        scores_q8_group_body(att, att_stride, query, count, keys, scales, n_keys, head_size, transpose); \
+    static TARGET void scores_q8_##set(float *att, size_t att_stride, const int32_t *const *query, \
+                                       const float *query_scale, int count, const int8_t *keys, \
+                                       const float *scales, int n_keys, int head_size) { \
+        scores_q8_group_body(att, att_stride, query, query_scale, count, keys, scales, n_keys, head_size, \
+                             transpose, pair); \
     } \
     static TARGET void attention_block_##set(float *out, const float *q, int n_tokens, int dim, int pos, \
                                              const KVCache *keys, const KVCache *values, int layer, int kv_head, \
-                                             float *att, size_t att_stride, float *row, int n_heads) { \
-        attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, row, \
+                                             float *att, size_t att_stride, int16_t *query16, int n_heads) { \
+        attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, query16, \
                              n_heads, 4, 1, KV_TILE_FLOATS, scores_##set, softmax_rows_##set, \
                              weighted_values_##set, scores_q8_##set, NULL); \
     }
@@ -5643,7 +5735,7 @@ static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, c
 
 /* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
    tokens of sums. */
-QUANTIZE_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2)
+QUANTIZE_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2, pair_avx2)
 KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, pair_avx2, matvec_q8_avx2,
                  quantize_avx2, attention_block_avx2, matvec_q4k_avx2, matmul_q4k_tokens_avx2, matvec_q6k_avx2,
                  matmul_q6k_tokens_avx2)
@@ -5691,7 +5783,7 @@ static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const 
 
 /* NEON: 32 q registers, so 6 rows x 2 vectors of tokens (int8: 4 x 2); expf
    with NEON's fused multiply-add. */
-QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon)
+QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon, pair_neon)
 KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, pair_neon, matvec_q8_neon, quantize_neon,
                  attention_block_neon, matvec_q4k_neon, matmul_q4k_tokens_neon, matvec_q6k_neon,
                  matmul_q6k_tokens_neon)
@@ -5748,7 +5840,7 @@ typedef struct {
     float *hb;  /* feed-forward gate [MAX_BATCH][hidden_dim] */
     float *hb2; /* feed-forward up [MAX_BATCH][hidden_dim] */
     float *att; /* attention scores, per thread a row for each of 8 queries [n_threads][8][n_pos] */
-    float *rows; /* per thread one dequantized cache row [n_threads][head_size] */
+    int16_t *query16; /* per thread one head's query in int16 [n_threads][head_size] */
     int8_t *xq;      /* int8, q4k and q6k weights: matmul inputs in int8 [MAX_BATCH][widest] */
     float *xq_scale; /* and their scales [MAX_BATCH][widest / smallest_group] */
     float *x_t;         /* a batched fp32 matmul's input, as the kernel set lays it out [widest][MAX_BATCH] */
@@ -5780,7 +5872,7 @@ static void init_batch(Batch *b, const Config *c, RunState *s, int n_threads) {
     b->hb = b->halves;
     b->hb2 = b->hb + MAX_BATCH * (size_t)c->hidden_dim;
     b->att = batch_buffer((size_t)n_threads * 8 * s->n_pos, sizeof(float));
-    b->rows = batch_buffer((size_t)n_threads * head_size, sizeof(float));
+    b->query16 = batch_buffer((size_t)n_threads * head_size, sizeof(int16_t));
     if (c->smallest_group) { /* int8, q4k or q6k matrices */
         size_t groups = widest / c->smallest_group;
         b->xq = batch_buffer(MAX_BATCH * widest, 1);
@@ -5956,7 +6048,7 @@ static void embed_packed(float *out, const Matrix *table, int token, int dim, in
 
 static void free_batch(Batch *b) {
     free(b->x); free(b->xb); free(b->halves); free(b->att);
-    free(b->rows); free(b->xq); free(b->xq_scale); free(b->x_t); free(b->q8_tokens); free(b->out_t);
+    free(b->query16); free(b->xq); free(b->xq_scale); free(b->x_t); free(b->q8_tokens); free(b->out_t);
 }
 
 /* One weight matrix applied to every token of a batch: out[t][0..d) = W x[t],
@@ -6195,7 +6287,7 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
         size_t first_head = (size_t)block->first * q_dim + (size_t)kv_head * heads_per_kv * head_size;
         kernels->attention_block(b->xb + first_head, b->q + first_head, block->n, q_dim,
                                  seg->pos + block->first - seg->first, seg->keys, seg->values, job->layer, kv_head,
-                                 b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, b->rows + (size_t)thread * head_size,
+                                 b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, b->query16 + (size_t)thread * head_size,
                                  heads_per_kv);
     }
 }

@@ -889,12 +889,25 @@ static void load_kv(float *out, const KVCache *c, int layer, int pos) {
     }
 }
 
+/* One head's query in int16 by its definition, with libm's rounding (to
+   nearest, ties to even): q16 = nearbyint(q * (32767 / max|q|)), the inverse
+   a float; returns the scale max|q| / 32767. */
+static float query_by_definition(int16_t *q16, const float *q, int n) {
+    float max_abs = 0.0f;
+    for (int i = 0; i < n; i++) max_abs = fmaxf(max_abs, fabsf(q[i]));
+    float inverse = max_abs > 0 ? 32767.0f / max_abs : 0.0f;
+    for (int i = 0; i < n; i++) q16[i] = (int16_t)nearbyintf(q[i] * inverse);
+    return max_abs / 32767.0f;
+}
+
 /* attention_head against softmax(qK/sqrt(d))V in double precision, with the
-   fp32 cache and with the int8 one (whose K and V are q * scale). */
+   fp32 cache and with the int8 one (whose K and V are q * scale, and whose
+   scores take the query as int16, query_by_definition()). */
 static void test_attention(void) {
     seek_random(347);
     enum { HS = 6, KV_DIM = 12, POS = 4 };
-    float q[HS], keys[(POS + 1) * KV_DIM], values[(POS + 1) * KV_DIM], att[POS + 1], out[HS], row[HS];
+    float q[HS], keys[(POS + 1) * KV_DIM], values[(POS + 1) * KV_DIM], att[POS + 1], out[HS];
+    int16_t query16[16], q16[HS]; /* 16: aarch64 GCC 12 warns of its vector loop reading past 6 */
     for (int i = 0; i < HS; i++) q[i] = lcg_uniform();
     for (int i = 0; i < (POS + 1) * KV_DIM; i++) keys[i] = lcg_uniform(), values[i] = lcg_uniform();
     for (int int8 = 0; int8 <= 1; int8++) {
@@ -905,18 +918,64 @@ static void test_attention(void) {
                 k[t][i] = int8 ? (double)kc.q[t * HS + i] * kc.scale[t] : keys[t * KV_DIM + i];
                 v[t][i] = int8 ? (double)vc.q[t * HS + i] * vc.scale[t] : values[t * KV_DIM + i];
             }
+        double query_scale = query_by_definition(q16, q, HS);
         for (int t = 0; t <= POS; t++) {
             double dot = 0;
-            for (int i = 0; i < HS; i++) dot += (double)q[i] * k[t][i];
+            for (int i = 0; i < HS; i++) dot += int8 ? q16[i] * query_scale * k[t][i] : (double)q[i] * k[t][i];
             scores[t] = exp(dot / sqrt(HS));
             sum += scores[t];
         }
         for (int t = 0; t <= POS; t++)
             for (int i = 0; i < HS; i++) ref[i] += scores[t] / sum * v[t][i];
-        attention_head(out, q, &kc, &vc, 0, 0, POS, att, row);
+        attention_head(out, q, &kc, &vc, 0, 0, POS, att, query16);
         check(max_abs_diff(out, ref, HS) < 1e-6, "attention head (%s cache) differs from softmax(qK/sqrt(d))V",
               int8 ? "int8" : "fp32");
         free_kv_cache(&kc), free_kv_cache(&vc);
+    }
+}
+
+/* quantize_query() against query_by_definition() on random heads, heads
+   with ties (values that land on k + 1/2), a head of zeros and one with NaN
+   and infinity (zeros, no crash); each value within scale / 2 of q, the
+   largest exactly +-32767. And Part II's pair layout of it (pairs (a, c),
+   (b, d) of each 4 values a, b, c, d; the kernel sets' attention_block tests
+   take it through each set's code) against it, bit for bit. */
+static void test_query_quantization(void) {
+    enum { N = 64 };
+    float heads[5][N];
+    seek_random(88);
+    for (int i = 0; i < N; i++) {
+        heads[0][i] = lcg_uniform() * 3;
+        heads[1][i] = lcg_uniform() * 1e-3f;
+        heads[2][i] = i == 0 ? 32767.0f : (float)(i % 7) - 3.5f + (i % 3 ? 0.0f : 0.5f); /* inverse 1: ties */
+        heads[3][i] = 0.0f;
+        heads[4][i] = i % 5 == 1 ? NAN : i == 9 ? INFINITY : lcg_uniform();
+    }
+    for (int h = 0; h < 5; h++) {
+        int16_t q16[N], want[N];
+        float scale = quantize_query(q16, heads[h], N), want_scale = query_by_definition(want, heads[h], N);
+        if (h == 4) {
+            int zeros = 1;
+            for (int i = 0; i < N; i++) zeros &= q16[i] == 0;
+            check(zeros, "quantize_query: a head with NaN and infinity does not give zeros");
+            continue;
+        }
+        int same = memcmp(q16, want, sizeof q16) == 0 && scale == want_scale, near = 1, largest = 0;
+        for (int i = 0; i < N; i++) {
+            near &= fabs(q16[i] * (double)scale - heads[h][i]) <= scale * 0.5000001 + 1e-30;
+            largest |= abs(q16[i]) == 32767;
+        }
+        check(same, "quantize_query (head %d) differs from its definition", h);
+        check(near && (largest || h == 3), "quantize_query (head %d): a value further than scale / 2 from q, or "
+              "the largest not +-32767", h);
+        int32_t pairs[N / 2];
+        int ok = quantize_query_pairs(pairs, heads[h], N) == scale;
+        for (int i = 0; i < N; i += 4) {
+            int32_t even = (int32_t)((uint32_t)(uint16_t)q16[i] | (uint32_t)(uint16_t)q16[i + 2] << 16);
+            int32_t odd = (int32_t)((uint32_t)(uint16_t)q16[i + 1] | (uint32_t)(uint16_t)q16[i + 3] << 16);
+            ok &= pairs[i / 2] == even && pairs[i / 2 + 1] == odd;
+        }
+        check(ok, "quantize_query_pairs (head %d) differs from quantize_query", h);
     }
 }
 
@@ -2706,14 +2765,14 @@ static void test_attention_block(void) {
                                     {24, 48, 5, 3, 4}, {64, 256, 150, 3, 8}, {128, 256, 95, 4, 2}, {48, 96, 250, 5, 3},
                                     {6, 12, 700, 2, 4}, {16, 16, 520, 9, 1}, {4100, 4100, 3, 2, 1}, {128, 128, 95, 3, 1},
                                     {64, 64, 130, 10, 1}, {48, 96, 70, 1, 1}, {64, 128, 200, 1, 1}, {32, 64, 50, 2, 1},
-                                    {20, 40, 30, 3, 2}, {96, 192, 40, 3, 2}, {80, 160, 33, 1, 2}};
+                                    {20, 40, 30, 3, 2}, {96, 192, 40, 3, 2}, {80, 160, 33, 1, 2}, {520, 520, 3, 2, 1}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int hs = shapes[k][0], kv_dim = shapes[k][1], pos = shapes[k][2], n_tokens = shapes[k][3], n_heads = shapes[k][4];
         int dim = n_heads * hs + 8, n_keys = pos + n_tokens; /* rows wider than the heads, as in a real batch */
         float *q = random_tensor((size_t)n_tokens * dim, 2, 0), *keys = random_tensor((size_t)n_keys * kv_dim, 2, 0);
         float *values = random_tensor((size_t)n_keys * kv_dim, 1, 0), *att = calloc(8 * (size_t)n_keys, sizeof(float));
         float *plain = calloc((size_t)n_tokens * dim, sizeof(float)), *block = calloc((size_t)n_tokens * dim, sizeof(float));
-        float *row = malloc(hs * sizeof(float));
+        int16_t *query16 = malloc(hs * sizeof(int16_t));
         int last_kv_head = kv_dim / hs - 1;
         for (int int8 = 0; int8 <= 1; int8++) {
             KVCache kc = cache_of(keys, n_keys, kv_dim, hs, int8), vc = cache_of(values, n_keys, kv_dim, hs, int8);
@@ -2721,10 +2780,10 @@ static void test_attention_block(void) {
                 for (int t = 0; t < n_tokens; t++)
                     for (int h = 0; h < n_heads; h++) {
                         size_t offset = (size_t)t * dim + h * hs;
-                        attention_head(plain + offset, q + offset, &kc, &vc, 0, kv_head, pos + t, att, row);
+                        attention_head(plain + offset, q + offset, &kc, &vc, 0, kv_head, pos + t, att, query16);
                     }
                 memset(block, 0, (size_t)n_tokens * dim * sizeof(float));
-                kernels->attention_block(block, q, n_tokens, dim, pos, &kc, &vc, 0, kv_head, att, n_keys, row, n_heads);
+                kernels->attention_block(block, q, n_tokens, dim, pos, &kc, &vc, 0, kv_head, att, n_keys, query16, n_heads);
                 check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
                       "%s attention_block (%s cache, head size %d, KV head %d, %d tokens from position %d, %d heads) "
                       "differs from attention_head", kernels->name, int8 ? "int8" : "fp32", hs, kv_head, n_tokens, pos,
@@ -2735,7 +2794,7 @@ static void test_attention_block(void) {
                     KVCache pk = paged_cache_of(keys, n_keys, kv_dim, hs, int8, block_size, table);
                     KVCache pv = paged_cache_of(values, n_keys, kv_dim, hs, int8, block_size, table);
                     memset(block, 0, (size_t)n_tokens * dim * sizeof(float));
-                    kernels->attention_block(block, q, n_tokens, dim, pos, &pk, &pv, 0, kv_head, att, n_keys, row, n_heads);
+                    kernels->attention_block(block, q, n_tokens, dim, pos, &pk, &pv, 0, kv_head, att, n_keys, query16, n_heads);
                     check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
                           "%s attention_block over blocks of %d positions (%s cache, head size %d, KV head %d, %d tokens "
                           "from position %d) differs from attention_head", kernels->name, block_size, int8 ? "int8" : "fp32",
@@ -2745,7 +2804,7 @@ static void test_attention_block(void) {
             }
             free_kv_cache(&kc), free_kv_cache(&vc);
         }
-        free(q), free(keys), free(values), free(att), free(plain), free(block), free(row);
+        free(q), free(keys), free(values), free(att), free(plain), free(block), free(query16);
     }
 }
 
@@ -4647,6 +4706,7 @@ int main(void) {
     test_rope();
     test_rope_scaling();
     test_attention();
+    test_query_quantization();
     test_cache_quantization();
     test_swiglu();
 
