@@ -7807,6 +7807,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
             seq->keys.blocks = seq->values.blocks = seq->blocks;
         }
         float *logits = xmalloc((size_t)sc.max_running * c->vocab_size * sizeof(float)); /* a row per running sequence */
+        start = seconds_now(); /* from the first step, as generate's figures: the model's weights are ready */
         for (int T; (T = plan_step(&sc)) > 0;) {
             run_step(&sc, m, tok, T, logits);
             report_progress(sc.done, n_requests, sc.generated, seconds_now() - start, 0);
