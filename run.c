@@ -4654,12 +4654,13 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
             query_out[k] = out + (size_t)token * dim + head * head_size;
             last[k] = pos + token; /* causal: the last position this query sees */
         }
-        for (int k = 0; k < group; k++) {
-            if (k >= count) query[k] = query[count - 1];
-            if (direct_keys) {
-                query_scale[k] = k < count ? quantize_query_pairs(query_pairs[k], query[k], head_size) : query_scale[k - 1];
-                pairs[k] = k < count ? query_pairs[k] : pairs[k - 1];
-            }
+        for (int k = 0; k < count && direct_keys; k++) {
+            query_scale[k] = quantize_query_pairs(query_pairs[k], query[k], head_size);
+            pairs[k] = query_pairs[k];
+        }
+        for (int k = count; k < group; k++) {
+            query[k] = query[count - 1];
+            if (direct_keys) pairs[k] = pairs[count - 1], query_scale[k] = query_scale[count - 1];
         }
         /* scores up to the latest position any of them sees */
         int n_keys = last[count - 1] + 1, direct_values = !values->f32 && weighted_values_q8;
