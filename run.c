@@ -2301,6 +2301,75 @@ static void prefault_checkpoint(const Checkpoint *ck) {
 }
 
 /* ------------------------------------------------------------------------- */
+/* Asking for the KV cache ahead                                              */
+
+/* The most of a unit of attention work's keys (and of its values) asked for
+   ahead: enough for the short contexts of batch mode, little of the L2 cache. */
+#define KV_UNIT_PREFETCH_BYTES 65536
+
+/* The cache lines of the next unit of attention work, its keys and values in
+   one layer and KV head: they lie in blocks pages apart, each too short a run
+   for the hardware prefetcher to find. The unit before asks for them a few at
+   a time as it runs (kv_prefetch_some()); all at once, they stalled the core
+   until the first of them came. A block's rows are a run of bytes (int8, and
+   their scales another) or rows apart (fp32): pieces of `count` runs of
+   `bytes`, `stride` apart. */
+typedef struct {
+    const char *start;
+    size_t bytes, stride;
+    int count;
+} KVPiece;
+
+/* The most blocks of one cache asked for ahead (KV_BLOCK positions each). */
+#define KV_PREFETCH_BLOCKS 16
+
+typedef struct {
+    KVPiece piece[4 * KV_PREFETCH_BLOCKS]; /* keys and values, int8 rows and scales */
+    int n_pieces;
+    int at, run, line; /* the next line: of piece `at`, its run `run`, that run's line `line` */
+} KVPrefetch;
+
+/* Adds positions 0..n_pos-1 of one layer and KV head of a cache (up to
+   KV_UNIT_PREFETCH_BYTES of rows and KV_PREFETCH_BLOCKS blocks) to what p
+   asks for: twice, for the keys and the values. */
+static void kv_prefetch_add(KVPrefetch *p, const KVCache *c, int layer, int kv_head, int n_pos) {
+    size_t row_bytes = c->head_size * (c->f32 ? sizeof(float) : 1);
+    if ((size_t)n_pos * row_bytes > KV_UNIT_PREFETCH_BYTES) n_pos = KV_UNIT_PREFETCH_BYTES / row_bytes;
+    if (n_pos > KV_PREFETCH_BLOCKS * c->block_size) n_pos = KV_PREFETCH_BLOCKS * c->block_size;
+    for (int t0 = 0; t0 < n_pos; t0 += c->block_size) {
+        int n = n_pos - t0 < c->block_size ? n_pos - t0 : c->block_size;
+        size_t first = cache_row_number(c, layer, kv_head, t0);
+        if (c->f32) {
+            p->piece[p->n_pieces++] = (KVPiece){(const char *)(c->f32 + first * c->head_size), row_bytes,
+                                                row_bytes * c->n_kv_heads, n};
+        } else {
+            p->piece[p->n_pieces++] = (KVPiece){(const char *)(c->q + first * c->head_size), n * row_bytes, 0, 1};
+            p->piece[p->n_pieces++] = (KVPiece){(const char *)(c->scale + first), n * sizeof(float), 0, 1};
+        }
+    }
+}
+
+/* The address of the next line p asks for, or NULL when it has asked for all. */
+static inline const void *kv_prefetch_next(KVPrefetch *p) {
+    while (p->at < p->n_pieces) {
+        const KVPiece *piece = &p->piece[p->at];
+        uintptr_t run = (uintptr_t)piece->start + p->run * piece->stride, line = (run & ~(uintptr_t)63) + 64 * (uintptr_t)p->line;
+        if (line < run + piece->bytes) {
+            p->line++;
+            return (const void *)line;
+        }
+        p->line = 0;
+        if (++p->run == piece->count) p->run = 0, p->at++;
+    }
+    return NULL;
+}
+
+/* Asks for up to `lines` more of p's lines (p NULL: none) to come into the L2 cache. */
+static inline void kv_prefetch_some(KVPrefetch *p, int lines) {
+    for (const void *line; p && lines > 0 && (line = kv_prefetch_next(p)); lines--) __builtin_prefetch(line, 0, 2);
+}
+
+/* ------------------------------------------------------------------------- */
 /* Kernel sets: the plain kernels of Part I, and fast twins for each kind of  */
 /* CPU, one set chosen at start-up                                            */
 
@@ -2323,10 +2392,10 @@ typedef struct {
        tokens (positions pos, pos + 1, ...) that share KV head kv_head of the
        layer; q and out are rows of dim floats from the first of those heads
        on; att holds 8 rows of att_stride floats, query16 room for one head's
-       query in int16 */
+       query in int16; the fast sets ask for ahead's lines as they go (NULL: none) */
     void (*attention_block)(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                             const KVCache *values, int layer, int kv_head, float *att, size_t att_stride,
-                            int16_t *query16, int n_heads);
+                            int16_t *query16, int n_heads, KVPrefetch *ahead);
     /* Batched matmuls, T > 1 tokens at once (and T = 1 for the int8 matrices
        a set that packs_q8 has packed), each weight read once for all:
        out[t * out_stride + i] = W[i] . x[t] for rows [begin, end). prepare_*
@@ -2390,8 +2459,8 @@ static int cpu_has_always(void) { return 1; }
 
 static void attention_block_plain(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                                   const KVCache *values, int layer, int kv_head, float *att, size_t att_stride,
-                                  int16_t *query16, int n_heads) {
-    (void)att_stride;
+                                  int16_t *query16, int n_heads, KVPrefetch *ahead) {
+    (void)att_stride, (void)ahead;
     for (int t = 0; t < n_tokens; t++)
         for (int h = 0; h < n_heads; h++) {
             size_t offset = (size_t)t * dim + (size_t)h * keys->head_size;
@@ -4586,6 +4655,10 @@ typedef void (*ScoresQ8Fn)(float *att, size_t att_stride, const int32_t *const *
 typedef void (*ValuesQ8Fn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
                            const int8_t *rows, const float *scales, int head_size, int t0, int t_end);
 
+/* Lines of the next unit asked for before each run of keys or values: a
+   unit's runs (two per KV_BLOCK positions) ask for about all of the next's. */
+#define KV_PREFETCH_LINES 64
+
 /* The widest query head the fast kernels score against int8 keys: their
    integer sums stay within int32 (512 x 32767 x 127 < 2^31). */
 #define MAX_Q8_SCORE_HEAD 512
@@ -4630,14 +4703,14 @@ static inline __attribute__((always_inline)) float quantize_query_pairs(int32_t 
 static inline __attribute__((always_inline)) void
 attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                      const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, int16_t *query16,
-                     int n_heads, int group, int head_step, int max_head_size, ScoresFn scores,
+                     int n_heads, KVPrefetch *ahead, int group, int head_step, int max_head_size, ScoresFn scores,
                      SoftmaxRowsFn softmax_rows, ValuesFn weighted_values, ScoresQ8Fn scores_q8,
                      ValuesQ8Fn weighted_values_q8) {
     int head_size = keys->head_size;
     int direct_keys = !keys->f32 && scores_q8 && head_size % 4 == 0 && head_size <= MAX_Q8_SCORE_HEAD;
     if (head_size % head_step || head_size > max_head_size || (!keys->f32 && !direct_keys)) {
         attention_block_plain(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, query16,
-                              n_heads);
+                              n_heads, ahead);
         return;
     }
     float tile[KV_TILE_FLOATS], divisor = sqrtf(head_size), query_scale[8];
@@ -4665,6 +4738,7 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         /* scores up to the latest position any of them sees */
         int n_keys = last[count - 1] + 1, direct_values = !values->f32 && weighted_values_q8;
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
+            kv_prefetch_some(ahead, KV_PREFETCH_LINES);
             if (direct_keys) { /* a block's rows at a time */
                 const int8_t *rows;
                 const float *scales;
@@ -4681,6 +4755,7 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
             for (int t = 0; t <= last[k]; t++) att[k * att_stride + t] /= divisor;
         softmax_rows(att, att_stride, last, count);
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
+            kv_prefetch_some(ahead, KV_PREFETCH_LINES);
             if (direct_values) {
                 const int8_t *rows;
                 const float *scales;
@@ -5056,9 +5131,10 @@ static AVX512 void scores_group_q8_avx512(float *att, size_t att_stride, const i
 /* The attention driver, 8 queries at a time, for head sizes 16, 32, ... 128. */
 static AVX512 void attention_block_avx512(float *out, const float *q, int n_tokens, int dim, int pos,
                                           const KVCache *keys, const KVCache *values, int layer, int kv_head,
-                                          float *att, size_t att_stride, int16_t *query16, int n_heads) {
-    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, query16, n_heads, 8,
-                         16, 128, scores_group_avx512, softmax_rows_avx512, weighted_values_avx512,
+                                          float *att, size_t att_stride, int16_t *query16, int n_heads,
+                                          KVPrefetch *ahead) {
+    attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, query16, n_heads,
+                         ahead, 8, 16, 128, scores_group_avx512, softmax_rows_avx512, weighted_values_avx512,
                          scores_group_q8_avx512, weighted_values_q8_avx512);
 }
 
@@ -5641,9 +5717,10 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
     } \
     static TARGET void attention_block_##set(float *out, const float *q, int n_tokens, int dim, int pos, \
                                              const KVCache *keys, const KVCache *values, int layer, int kv_head, \
-                                             float *att, size_t att_stride, int16_t *query16, int n_heads) { \
+                                             float *att, size_t att_stride, int16_t *query16, int n_heads, \
+                                             KVPrefetch *ahead) { \
         attention_block_body(out, q, n_tokens, dim, pos, keys, values, layer, kv_head, att, att_stride, query16, \
-                             n_heads, 4, 1, KV_TILE_FLOATS, scores_##set, softmax_rows_##set, \
+                             n_heads, ahead, 4, 1, KV_TILE_FLOATS, scores_##set, softmax_rows_##set, \
                              weighted_values_##set, scores_q8_##set, NULL); \
     }
 
@@ -6238,34 +6315,6 @@ static int attention_tokens_per_unit(const Config *c) {
     return heads_per_kv >= 8 ? 1 : 8 / heads_per_kv;
 }
 
-/* The most of a unit's keys (and of its values) asked for ahead: enough for
-   the short contexts of batch mode, little of the L2 cache. */
-#define KV_UNIT_PREFETCH_BYTES 65536
-
-/* Asks for the first positions of one layer and KV head of a cache, up to
-   n_pos, to come into the L2 cache: a unit's keys and values lie in blocks
-   pages apart, each too short a run for the hardware prefetcher to find. */
-static void prefetch_kv_head(const KVCache *c, int layer, int kv_head, int n_pos) {
-    size_t row_bytes = c->head_size * (c->f32 ? sizeof(float) : 1);
-    if ((size_t)n_pos * row_bytes > KV_UNIT_PREFETCH_BYTES) n_pos = KV_UNIT_PREFETCH_BYTES / row_bytes;
-    for (int t0 = 0; t0 < n_pos; t0 += c->block_size) {
-        int n = n_pos - t0 < c->block_size ? n_pos - t0 : c->block_size;
-        size_t first = cache_row_number(c, layer, kv_head, t0);
-        if (c->f32) { /* rows n_kv_heads apart */
-            for (int t = 0; t < n; t++)
-                for (int i = 0; i < c->head_size; i += 16)
-                    __builtin_prefetch(c->f32 + (first + (size_t)t * c->n_kv_heads) * c->head_size + i, 0, 2);
-        } else { /* rows together, then their scales: each line that either run touches */
-            const int8_t *rows = c->q + first * c->head_size;
-            const float *scales = c->scale + first;
-            for (uintptr_t a = (uintptr_t)rows & ~(uintptr_t)63; a < (uintptr_t)(rows + (size_t)n * c->head_size); a += 64)
-                __builtin_prefetch((const void *)a, 0, 2);
-            for (uintptr_t a = (uintptr_t)scales & ~(uintptr_t)63; a < (uintptr_t)(scales + n); a += 64)
-                __builtin_prefetch((const void *)a, 0, 2);
-        }
-    }
-}
-
 /* Units are the (block of tokens, KV head) pairs of the batch; each does the
    query heads that share that KV head (grouped-query attention). */
 static void attention_task(void *ctx, int begin, int end, int thread) {
@@ -6274,13 +6323,16 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     Batch *b = job->b;
     RunState *s = b->s;
     int head_size = c->head_size, heads_per_kv = c->n_heads / c->n_kv_heads, q_dim = head_size * c->n_heads;
+    KVPrefetch ahead;
     for (int unit = begin; unit < end; unit++) {
+        if (unit > begin) kv_prefetch_some(&ahead, INT_MAX); /* what the unit before left */
+        ahead.n_pieces = ahead.at = ahead.run = ahead.line = 0;
         if (unit + 1 < end) { /* the next unit's keys and values, while this one runs */
             const TokenBlock *next = &job->blocks[(unit + 1) / c->n_kv_heads];
             const Segment *next_seg = &job->segments[next->segment];
             int n_pos = next_seg->pos + next->first - next_seg->first + next->n;
-            prefetch_kv_head(next_seg->keys, job->layer, (unit + 1) % c->n_kv_heads, n_pos);
-            prefetch_kv_head(next_seg->values, job->layer, (unit + 1) % c->n_kv_heads, n_pos);
+            kv_prefetch_add(&ahead, next_seg->keys, job->layer, (unit + 1) % c->n_kv_heads, n_pos);
+            kv_prefetch_add(&ahead, next_seg->values, job->layer, (unit + 1) % c->n_kv_heads, n_pos);
         }
         const TokenBlock *block = &job->blocks[unit / c->n_kv_heads];
         const Segment *seg = &job->segments[block->segment];
@@ -6289,7 +6341,7 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
         kernels->attention_block(b->xb + first_head, b->q + first_head, block->n, q_dim,
                                  seg->pos + block->first - seg->first, seg->keys, seg->values, job->layer, kv_head,
                                  b->att + (size_t)thread * 8 * s->n_pos, s->n_pos, b->query16 + (size_t)thread * head_size,
-                                 heads_per_kv);
+                                 heads_per_kv, &ahead);
     }
 }
 

@@ -2751,6 +2751,61 @@ static void test_batched_matmul(void) {
     free(q4k_blocks), free(x512), free(q6k_blocks), free(plain6), free(fast6);
 }
 
+static int compare_addresses(const void *a, const void *b) {
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* kv_prefetch_next(): the lines it gives for a unit are exactly the 64-byte
+   lines its rows lie in (int8: and their scales), position by position as
+   cache_row_number() places them, up to KV_UNIT_PREFETCH_BYTES of rows and
+   KV_PREFETCH_BLOCKS blocks per cache; over paged caches of both types, KV heads first and last,
+   positions within a block, across blocks and past the cap. */
+static void test_kv_prefetch(void) {
+    static const int shapes[][4] = {/* head size, KV heads, block size, positions */
+                                    {64, 4, 64, 1}, {64, 4, 64, 160}, {48, 3, 5, 37}, {64, 2, 64, 1500},
+                                    {16, 1, 32, 5000}, {128, 2, 16, 300}, {8, 3, 7, 20}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int hs = shapes[k][0], n_kv = shapes[k][1], block_size = shapes[k][2], n_pos = shapes[k][3];
+        float *rows = random_tensor((size_t)n_pos * hs * n_kv, 1, 0);
+        int *table = malloc(((size_t)n_pos / block_size + 1) * sizeof(int));
+        for (int int8 = 0; int8 <= 1; int8++) {
+            KVCache c = paged_cache_of(rows, n_pos, hs * n_kv, hs, int8, block_size, table);
+            for (int kv_head = 0; kv_head < n_kv; kv_head += n_kv > 1 ? n_kv - 1 : 1) {
+                size_t row_bytes = hs * (int8 ? 1 : sizeof(float)), most = 3 * (size_t)n_pos * (row_bytes / 64 + 2);
+                uintptr_t *want = malloc(most * sizeof *want), *got = malloc(most * sizeof *got);
+                size_t n_want = 0, n_got = 0;
+                int covered = (size_t)n_pos * row_bytes > KV_UNIT_PREFETCH_BYTES ? (int)(KV_UNIT_PREFETCH_BYTES / row_bytes) : n_pos;
+                if (covered > KV_PREFETCH_BLOCKS * block_size) covered = KV_PREFETCH_BLOCKS * block_size;
+                for (int t = 0; t < covered; t++) {
+                    size_t number = cache_row_number(&c, 0, kv_head, t);
+                    uintptr_t row = int8 ? (uintptr_t)(c.q + number * hs) : (uintptr_t)(c.f32 + number * hs);
+                    for (uintptr_t a = row & ~(uintptr_t)63; a < row + row_bytes; a += 64) want[n_want++] = a;
+                    if (int8) want[n_want++] = (uintptr_t)(c.scale + number) & ~(uintptr_t)63;
+                }
+                KVPrefetch p = {0};
+                kv_prefetch_add(&p, &c, 0, kv_head, n_pos);
+                for (const void *line; (line = kv_prefetch_next(&p)) && n_got < most;) got[n_got++] = (uintptr_t)line;
+                qsort(want, n_want, sizeof *want, compare_addresses);
+                qsort(got, n_got, sizeof *got, compare_addresses);
+                /* a line two blocks' runs share may come twice, never more often than rows touch it */
+                size_t asked = n_got, unique_want = 0, unique_got = 0;
+                for (size_t i = 0; i < n_want; i++)
+                    if (i == 0 || want[i] != want[i - 1]) want[unique_want++] = want[i];
+                for (size_t i = 0; i < n_got; i++)
+                    if (i == 0 || got[i] != got[i - 1]) got[unique_got++] = got[i];
+                check(asked <= n_want && unique_got == unique_want && memcmp(want, got, unique_want * sizeof *want) == 0,
+                      "kv_prefetch (%s cache, head size %d, KV head %d of %d, blocks of %d, %d positions): %zu lines "
+                      "asked for, %zu different; want the %zu its rows lie in", int8 ? "int8" : "fp32", hs, kv_head, n_kv,
+                      block_size, n_pos, asked, unique_got, unique_want);
+                free(want), free(got);
+            }
+            free_kv_cache(&c);
+        }
+        free(rows), free(table);
+    }
+}
+
 /* Query heads of several tokens sharing a KV head, all at once, against
    attention_head per token and head (causal: token t sees positions 0..pos+t),
    bit for bit, with the fp32 cache and with the int8 one. The int8 shapes
@@ -2784,7 +2839,7 @@ static void test_attention_block(void) {
                         attention_head(plain + offset, q + offset, &kc, &vc, 0, kv_head, pos + t, att, query16);
                     }
                 memset(block, 0, (size_t)n_tokens * dim * sizeof(float));
-                kernels->attention_block(block, q, n_tokens, dim, pos, &kc, &vc, 0, kv_head, att, n_keys, query16, n_heads);
+                kernels->attention_block(block, q, n_tokens, dim, pos, &kc, &vc, 0, kv_head, att, n_keys, query16, n_heads, NULL);
                 check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
                       "%s attention_block (%s cache, head size %d, KV head %d, %d tokens from position %d, %d heads) "
                       "differs from attention_head", kernels->name, int8 ? "int8" : "fp32", hs, kv_head, n_tokens, pos,
@@ -2795,7 +2850,9 @@ static void test_attention_block(void) {
                     KVCache pk = paged_cache_of(keys, n_keys, kv_dim, hs, int8, block_size, table);
                     KVCache pv = paged_cache_of(values, n_keys, kv_dim, hs, int8, block_size, table);
                     memset(block, 0, (size_t)n_tokens * dim * sizeof(float));
-                    kernels->attention_block(block, q, n_tokens, dim, pos, &pk, &pv, 0, kv_head, att, n_keys, query16, n_heads);
+                    KVPrefetch ahead = {0}; /* asking for lines as it goes changes nothing computed */
+                    kv_prefetch_add(&ahead, &pk, 0, kv_head, n_keys);
+                    kernels->attention_block(block, q, n_tokens, dim, pos, &pk, &pv, 0, kv_head, att, n_keys, query16, n_heads, &ahead);
                     check(memcmp(plain, block, (size_t)n_tokens * dim * sizeof(float)) == 0,
                           "%s attention_block over blocks of %d positions (%s cache, head size %d, KV head %d, %d tokens "
                           "from position %d) differs from attention_head", kernels->name, block_size, int8 ? "int8" : "fp32",
@@ -4708,6 +4765,7 @@ int main(void) {
     test_rope_scaling();
     test_attention();
     test_query_quantization();
+    test_kv_prefetch();
     test_cache_quantization();
     test_swiglu();
 
