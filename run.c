@@ -5974,13 +5974,15 @@ typedef struct {
     int release;          /* w is the checkpoint's, whose pages can go */
 } PackJob;
 
-/* Gives back the checkpoint's pages within [p, p + bytes), with `edges` also
-   the two it shares with its neighbours. A private file mapping reads a page
-   again from the file when it is touched, and with it (fault-around) up to
-   64 KB about it: the edges go once nothing near them will be read. */
-static void release_pages(const void *p, size_t bytes, int edges) {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), round = edges ? page - 1 : 0;
-    uintptr_t first = ((uintptr_t)p + page - 1 - round) / page * page, end = ((uintptr_t)p + bytes + round) / page * page;
+/* Gives back the checkpoint's pages within [p, p + bytes), with `lead` and
+   `trail` also the pages it shares with what lies before and after it. A
+   private file mapping reads a page again from the file when it is touched,
+   and with it up to 64 KB about it (fault-around), or the whole 2 MB piece the
+   kernel holds it in: a shared page goes only once nothing in it will be read. */
+static void release_pages(const void *p, size_t bytes, int lead, int trail) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t first = ((uintptr_t)p + (lead ? 0 : page - 1)) / page * page;
+    uintptr_t end = ((uintptr_t)p + bytes + (trail ? page - 1 : 0)) / page * page;
     if (first < end) madvise((void *)first, end - first, MADV_DONTNEED);
 }
 
@@ -6002,8 +6004,8 @@ static void pack_task(void *ctx, int begin, int end, int thread) {
         pack_q8_blocks(job->packed, job->w, job->n, first, last);
         if (!job->release) continue;
         /* all of the run so far: the pieces' edges too */
-        release_pages(job->w->q + 16 * first_block * n, 16 * (last - first_block) * n, 0);
-        release_pages(job->w->scale + 16 * first_block * groups, 16 * (last - first_block) * groups * sizeof(float), 0);
+        release_pages(job->w->q + 16 * first_block * n, 16 * (last - first_block) * n, 0, 0);
+        release_pages(job->w->scale + 16 * first_block * groups, 16 * (last - first_block) * groups * sizeof(float), 0, 0);
     }
 }
 
@@ -6021,8 +6023,8 @@ static void pack_q8_matrix(uint8_t *packed, const Matrix *w, int rows, int n, in
     PackJob job = {w, packed, n, rows / 16, pool.n_threads, release};
     parallel_for(pack_task, &job, job.parts, 64.0 * bytes);
     if (release) { /* what the units' edges shared */
-        release_pages(w->q, (size_t)rows / 16 * 16 * n, 0);
-        release_pages(w->scale, (size_t)rows / 16 * 16 * (n / w->group_size) * sizeof(float), 0);
+        release_pages(w->q, (size_t)rows / 16 * 16 * n, 0, 0);
+        release_pages(w->scale, (size_t)rows / 16 * 16 * (n / w->group_size) * sizeof(float), 0, 0);
     }
 }
 
@@ -6052,13 +6054,43 @@ static int list_matrices(Checkpoint *ck, MatmulMatrix *list) {
     return count;
 }
 
-/* The pages of m's packed rows and scales, with those it shares with its
-   neighbours in the file. */
-static void release_packed(const MatmulMatrix *m) {
-    const Matrix *w = m->w;
-    if (!w->packed) return;
-    release_pages(w->q, (size_t)m->rows / 16 * 16 * m->n, 1);
-    release_pages(w->scale, (size_t)m->rows / 16 * 16 * (m->n / w->group_size) * sizeof(float), 1);
+/* What a packed matrix no longer needs of the file: its packed rows' values
+   (span 0) and their scales (span 1), [begin, end) each. */
+static void unneeded_span(const MatmulMatrix *m, int k, uintptr_t *begin, uintptr_t *end) {
+    size_t rows = (size_t)m->rows / 16 * 16;
+    *begin = k ? (uintptr_t)m->w->scale : (uintptr_t)m->w->q;
+    *end = *begin + (k ? rows * (m->n / m->w->group_size) * sizeof(float) : rows * m->n);
+}
+
+/* Whether the file's bytes [from, to) all lie in what the matrices of list
+   packed so far no longer need (a norm beside a matrix is read every token). */
+static int unneeded(const MatmulMatrix *list, int count, uintptr_t from, uintptr_t to) {
+    while (from < to) {
+        uintptr_t next = from;
+        for (int i = 0; i < count && next == from; i++)
+            for (int k = 0; k < 2 && list[i].w->packed; k++) {
+                uintptr_t begin, end;
+                unneeded_span(&list[i], k, &begin, &end);
+                if (begin <= from && from < end) next = end;
+            }
+        if (next == from) return 0;
+        from = next;
+    }
+    return 1;
+}
+
+/* The pages of list[i]'s packed rows and scales, with those it shares with
+   its neighbours in the file when nothing else in them is still needed. */
+static void release_packed(const MatmulMatrix *list, int count, int i) {
+    if (!list[i].w->packed) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int k = 0; k < 2; k++) {
+        uintptr_t begin, end;
+        unneeded_span(&list[i], k, &begin, &end);
+        int lead = unneeded(list, count, begin / page * page, begin);
+        int trail = unneeded(list, count, end, (end + page - 1) / page * page);
+        release_pages((const void *)begin, end - begin, lead, trail);
+    }
 }
 
 /* Every matmul's int8 matrix, packed where the kernel set reads them so, in
@@ -6092,9 +6124,9 @@ static void pack_weights(Checkpoint *ck) {
             list[i].w->packed = ck->packed + at;
         }
         at += bytes;
-        if (i > 0) release_packed(&list[i - 1]);
+        if (i > 0) release_packed(list, count, i - 1);
     }
-    release_packed(&list[count - 1]);
+    release_packed(list, count, count - 1);
     free(list);
     if (ck->config.shared_classifier) ck->weights.token_embedding.packed = ck->weights.classifier.packed;
 }

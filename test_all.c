@@ -1219,6 +1219,74 @@ static void test_batched_forward(const char *path, const char *what) {
     close_checkpoint(&ck);
 }
 
+/* After pack_weights() and a forward step, the checkpoint's mapping holds no
+   page whose bytes all lie in packed matrices' rows and scales (read from the
+   packed copy since): a page a matrix shares with a norm, which every token
+   reads, stays mapped, or reading the norm maps it back and with it up to
+   64 KB or 2 MB about it. Linux's /proc/self/pagemap says which are mapped. */
+static void test_released_pages(void) {
+    const KernelSet *packing = NULL;
+    for (int k = 0; k < N_KERNEL_SETS; k++)
+        if (kernel_sets[k]->packs_q8 && kernel_sets[k]->cpu_has()) packing = kernel_sets[k];
+    FILE *pagemap = fopen("/proc/self/pagemap", "rb");
+#if !defined(__x86_64__)
+    if (pagemap) fclose(pagemap), pagemap = NULL; /* under qemu-user it describes the emulator's memory */
+#endif
+    if (!packing || !pagemap) {
+        skip("released pages: %s", packing ? "no /proc/self/pagemap" : "no kernel set here packs int8 matrices");
+        if (pagemap) fclose(pagemap);
+        return;
+    }
+    seek_random(2700001);
+    TinyModel m = {.dim = 256, .hidden = 768, .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 512, .seq_len = 8,
+                   .shared = 1};
+    random_weights(&m, 0.08f);
+    Buffer file = write_checkpoint(&m, 2, 64, 0, 0);
+    char *path = write_temp(file.data, file.n);
+    kernels = packing;
+    Checkpoint ck;
+    open_checkpoint(&ck, path);
+    prefault_checkpoint(&ck);
+    RunState s;
+    Batch b;
+    init_run_state(&s, &ck.config, ck.config.seq_len, 0, CACHE_FP32);
+    init_batch(&b, &ck.config, &s, 1);
+    pack_weights(&ck);
+    int tokens[2] = {1, 7};
+    forward_tokens(&ck, &b, tokens, 2, 0);
+    forward_tokens(&ck, &b, tokens, 1, 2);
+    MatmulMatrix *list = malloc(matrix_count(&ck.config) * sizeof *list);
+    int count = list_matrices(&ck, list);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = (ck.file_size + page - 1) / page, mapped = 0, needless = 0;
+    uint64_t *entries = malloc(pages * sizeof *entries);
+    int read_all = fseek(pagemap, (long)((uintptr_t)ck.data / page * sizeof *entries), SEEK_SET) == 0 &&
+                   fread(entries, sizeof *entries, pages, pagemap) == pages;
+    for (size_t p = 0; read_all && p < pages; p++) {
+        if (!(entries[p] >> 63)) continue; /* bit 63: present */
+        mapped++;
+        uintptr_t from = (uintptr_t)ck.data + p * page, to = from + page;
+        for (int i = 0; i < count; i++) {
+            const Matrix *w = list[i].w;
+            size_t rows = (size_t)list[i].rows / 16 * 16, n = list[i].n;
+            uintptr_t q = (uintptr_t)w->q, scale = (uintptr_t)w->scale;
+            if (w->packed && ((q <= from && to <= q + rows * n) ||
+                              (scale <= from && to <= scale + rows * (n / w->group_size) * sizeof(float)))) {
+                needless++;
+                break;
+            }
+        }
+    }
+    check(read_all && needless == 0, "after packing and two steps, %zu of the %zu pages of the checkpoint still mapped "
+          "hold only packed rows or scales (pagemap %s)", needless, mapped, read_all ? "read" : "unreadable");
+    printf("released pages: %zu of %zu pages of the packed checkpoint mapped after two steps, %zu of them only packed "
+           "data\n", mapped, pages, needless);
+    free(entries), free(list);
+    free_batch(&b), free_packed_weights(&ck), free_run_state(&s), close_checkpoint(&ck);
+    kernels = &plain_kernels;
+    fclose(pagemap);
+    unlink(path), free(path), free(file.data), free_tiny(&m);
+}
+
 /* The model as a quantized checkpoint (version, group size as write_checkpoint()
    takes them): forward() against the reference on the dequantized weights, to
    `bound` times the largest logit (activations are quantized too), and the
@@ -4766,6 +4834,7 @@ int main(void) {
     test_attention();
     test_query_quantization();
     test_kv_prefetch();
+    test_released_pages();
     test_cache_quantization();
     test_swiglu();
 
