@@ -2323,6 +2323,10 @@ typedef struct {
 /* The most blocks of one cache asked for ahead (KV_BLOCK positions each). */
 #define KV_PREFETCH_BLOCKS 16
 
+/* Lines of the next unit asked for before each run of keys or values: a
+   unit's runs (two per KV_BLOCK positions) ask for about all of the next's. */
+#define KV_PREFETCH_LINES 64
+
 typedef struct {
     KVPiece piece[4 * KV_PREFETCH_BLOCKS]; /* keys and values, int8 rows and scales */
     int n_pieces;
@@ -2367,6 +2371,12 @@ static inline const void *kv_prefetch_next(KVPrefetch *p) {
 /* Asks for up to `lines` more of p's lines (p NULL: none) to come into the L2 cache. */
 static inline void kv_prefetch_some(KVPrefetch *p, int lines) {
     for (const void *line; p && lines > 0 && (line = kv_prefetch_next(p)); lines--) __builtin_prefetch(line, 0, 2);
+}
+
+/* Asks for all p has left, and empties it for the next unit's pieces. */
+static void kv_prefetch_finish(KVPrefetch *p) {
+    kv_prefetch_some(p, INT_MAX);
+    p->n_pieces = p->at = p->run = p->line = 0;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -4655,10 +4665,6 @@ typedef void (*ScoresQ8Fn)(float *att, size_t att_stride, const int32_t *const *
 typedef void (*ValuesQ8Fn)(float *const *out, const float *att, size_t att_stride, const int *last, int count,
                            const int8_t *rows, const float *scales, int head_size, int t0, int t_end);
 
-/* Lines of the next unit asked for before each run of keys or values: a
-   unit's runs (two per KV_BLOCK positions) ask for about all of the next's. */
-#define KV_PREFETCH_LINES 64
-
 /* The widest query head the fast kernels score against int8 keys: their
    integer sums stay within int32 (512 x 32767 x 127 < 2^31). */
 #define MAX_Q8_SCORE_HEAD 512
@@ -6355,10 +6361,9 @@ static void attention_task(void *ctx, int begin, int end, int thread) {
     Batch *b = job->b;
     RunState *s = b->s;
     int head_size = c->head_size, heads_per_kv = c->n_heads / c->n_kv_heads, q_dim = head_size * c->n_heads;
-    KVPrefetch ahead;
+    KVPrefetch ahead = {.n_pieces = 0};
     for (int unit = begin; unit < end; unit++) {
-        if (unit > begin) kv_prefetch_some(&ahead, INT_MAX); /* what the unit before left */
-        ahead.n_pieces = ahead.at = ahead.run = ahead.line = 0;
+        kv_prefetch_finish(&ahead); /* what the unit before left */
         if (unit + 1 < end) { /* the next unit's keys and values, while this one runs */
             const TokenBlock *next = &job->blocks[(unit + 1) / c->n_kv_heads];
             const Segment *next_seg = &job->segments[next->segment];
