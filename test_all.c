@@ -4793,7 +4793,7 @@ static void test_huge_seq_len(const char *tokenizer) {
 /* A Llama 3 header (seq_len 131072, RoPE scaling) run with -n 4096 holds 4096
    positions: a model with 16 KB of KV cache per position (8 layers of 2 x 256
    floats, 2 GB for all 131072 positions) peaks near its 9 MB file plus 64 MB of
-   cache (about 100 MB; 240 MB under AddressSanitizer), far below 2 GB. Chat on an
+   cache (76 MB here, 84 under AddressSanitizer), far below 2 GB. Chat on an
    empty stdin readies the model and stops. */
 static void test_long_context_memory(const char *tokenizer) {
     seek_random(2837045);
