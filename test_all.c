@@ -477,11 +477,10 @@ static long resident_kb(void) {
 }
 
 /* Runs run.c's main() in a child process with the given arguments. A forked
-   child starts with much of this process's memory resident (under
-   AddressSanitizer, hundreds of MB that earlier tests freed), but not all (the
-   pages of file mappings stay behind), so its peak is counted from what the
-   child itself has at its start, which it leaves in a shared page: what the
-   run itself takes. */
+   child starts with this process's memory resident (under AddressSanitizer,
+   hundreds of MB that earlier tests freed) but not its file mappings' pages,
+   so its peak is counted from what the child has at its start (it leaves that
+   in a shared page): what the run itself takes. */
 static void run_program(RunResult *r, const char *stdin_text, int argc, char **argv) {
     char out_path[] = "/tmp/run_out_XXXXXX", err_path[] = "/tmp/run_err_XXXXXX", in_path[] = "/tmp/run_in_XXXXXX";
     int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path), in_fd = mkstemp(in_path);
