@@ -2357,7 +2357,8 @@ static void kv_prefetch_add(KVPrefetch *p, const KVCache *c, int layer, int kv_h
 static inline const void *kv_prefetch_next(KVPrefetch *p) {
     while (p->at < p->n_pieces) {
         const KVPiece *piece = &p->piece[p->at];
-        uintptr_t run = (uintptr_t)piece->start + p->run * piece->stride, line = (run & ~(uintptr_t)63) + 64 * (uintptr_t)p->line;
+        uintptr_t run = (uintptr_t)piece->start + p->run * piece->stride;
+        uintptr_t line = (run & ~(uintptr_t)63) + 64 * (uintptr_t)p->line; /* of the run's first line on */
         if (line < run + piece->bytes) {
             p->line++;
             return (const void *)line;
