@@ -2834,11 +2834,12 @@ static int compare_addresses(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* kv_prefetch_next(): the lines it gives for a unit are exactly the 64-byte
+/* kv_prefetch_some(): the lines it asks for a unit are exactly the 64-byte
    lines its rows lie in (int8: and their scales), position by position as
    cache_row_number() places them, up to KV_UNIT_PREFETCH_BYTES of rows and
    KV_PREFETCH_BLOCKS blocks per cache; over paged caches of both types, KV heads first and last,
-   positions within a block, across blocks and past the cap. */
+   positions within a block, across blocks and past the cap; asked for 7 at a
+   time, each call starts where the last stopped. */
 static void test_kv_prefetch(void) {
     static const int shapes[][4] = {/* head size, KV heads, block size, positions */
                                     {64, 4, 64, 1}, {64, 4, 64, 160}, {48, 3, 5, 37}, {64, 2, 64, 1500},
@@ -2863,7 +2864,17 @@ static void test_kv_prefetch(void) {
                 }
                 KVPrefetch p = {0};
                 kv_prefetch_add(&p, &c, 0, kv_head, n_pos);
-                for (const void *line; (line = kv_prefetch_next(&p)) && n_got < most;) got[n_got++] = (uintptr_t)line;
+                KVPrefetch by_7 = p;
+                for (const void *line; (line = kv_prefetch_some(&p, 1)) && n_got < most;) got[n_got++] = (uintptr_t)line;
+                /* 7 lines a call: each call's last line is the 7th of those one at a time */
+                size_t stepped_right = 0, calls = (n_got + 6) / 7;
+                for (size_t call = 0; call < calls; call++) {
+                    size_t last = call * 7 + 6 < n_got ? call * 7 + 6 : n_got - 1;
+                    stepped_right += (uintptr_t)kv_prefetch_some(&by_7, 7) == got[last];
+                }
+                check(stepped_right == calls && kv_prefetch_some(&by_7, 7) == NULL,
+                      "kv_prefetch_some (%s cache, head size %d, KV head %d): %zu of %zu calls of 7 lines ended on "
+                      "the line that calls of one reach there, and then none was left", int8 ? "int8" : "fp32", hs, kv_head, stepped_right, calls);
                 qsort(want, n_want, sizeof *want, compare_addresses);
                 qsort(got, n_got, sizeof *got, compare_addresses);
                 /* a line two blocks' runs share may come twice, never more often than rows touch it */
