@@ -2866,15 +2866,16 @@ static void test_kv_prefetch(void) {
                 kv_prefetch_add(&p, &c, 0, kv_head, n_pos);
                 KVPrefetch by_7 = p;
                 for (const void *line; (line = kv_prefetch_some(&p, 1)) && n_got < most;) got[n_got++] = (uintptr_t)line;
-                /* 7 lines a call: each call's last line is the 7th of those one at a time */
+                /* call k of 7 lines ends on the line of call 7k + 7 of one (the last call, on the last line) */
                 size_t stepped_right = 0, calls = (n_got + 6) / 7;
                 for (size_t call = 0; call < calls; call++) {
                     size_t last = call * 7 + 6 < n_got ? call * 7 + 6 : n_got - 1;
                     stepped_right += (uintptr_t)kv_prefetch_some(&by_7, 7) == got[last];
                 }
                 check(stepped_right == calls && kv_prefetch_some(&by_7, 7) == NULL,
-                      "kv_prefetch_some (%s cache, head size %d, KV head %d): %zu of %zu calls of 7 lines ended on "
-                      "the line that calls of one reach there, and then none was left", int8 ? "int8" : "fp32", hs, kv_head, stepped_right, calls);
+                      "kv_prefetch_some (%s cache, head size %d, KV head %d, blocks of %d, %d positions): %zu of "
+                      "%zu calls of 7 lines ended where calls of one do, or lines were left", int8 ? "int8" : "fp32",
+                      hs, kv_head, block_size, n_pos, stepped_right, calls);
                 qsort(want, n_want, sizeof *want, compare_addresses);
                 qsort(got, n_got, sizeof *got, compare_addresses);
                 /* a line two blocks' runs share may come twice, never more often than rows touch it */
