@@ -2327,15 +2327,10 @@ typedef struct {
    unit's runs (two per KV_BLOCK positions) ask for about all of the next's. */
 #define KV_PREFETCH_LINES 64
 
-/* A line of the pieces: of piece `at`, its run `run`, that run's line `line`. */
-typedef struct {
-    int at, run, line;
-} KVLine;
-
 typedef struct {
     KVPiece piece[4 * KV_PREFETCH_BLOCKS]; /* keys and values, int8 rows and scales */
     int n_pieces;
-    KVLine next; /* the next line to ask for */
+    int at, run, line; /* the next line: of piece `at`, its run `run`, that run's line `line` */
 } KVPrefetch;
 
 /* Adds positions 0..n_pos-1 of one layer and KV head of a cache (up to
@@ -2364,30 +2359,29 @@ static void kv_prefetch_add(KVPrefetch *p, const KVCache *c, int layer, int kv_h
    of stories110M's attention about 0.5 microseconds of 2.2. */
 static inline const void *kv_prefetch_some(KVPrefetch *p, int lines) {
     if (!p) return NULL;
-    KVLine next = p->next;
+    int at = p->at, run = p->run, line = p->line;
     uintptr_t asked = 0;
-    while (lines > 0 && next.at < p->n_pieces) {
-        const KVPiece *piece = &p->piece[next.at];
-        uintptr_t run = (uintptr_t)piece->start + next.run * piece->stride, end = run + piece->bytes;
-        uintptr_t line = (run & ~(uintptr_t)63) + 64 * (uintptr_t)next.line; /* of the run's first line on */
-        for (; line < end && lines > 0; line += 64, next.line++, lines--) {
-            __builtin_prefetch((const void *)line, 0, 2);
-            asked = line;
+    while (lines > 0 && at < p->n_pieces) {
+        const KVPiece *piece = &p->piece[at];
+        uintptr_t start = (uintptr_t)piece->start + run * piece->stride, end = start + piece->bytes;
+        uintptr_t next = (start & ~(uintptr_t)63) + 64 * (uintptr_t)line; /* of the run's first line on */
+        for (; next < end && lines > 0; next += 64, line++, lines--) {
+            __builtin_prefetch((const void *)next, 0, 2);
+            asked = next;
         }
-        if (line >= end) { /* the run is done: the piece's next run, or the next piece */
-            next.line = 0;
-            if (++next.run == piece->count) next.run = 0, next.at++;
+        if (next >= end) { /* the run is done: the piece's next run, or the next piece */
+            line = 0;
+            if (++run == piece->count) run = 0, at++;
         }
     }
-    p->next = next;
+    p->at = at, p->run = run, p->line = line;
     return (const void *)asked;
 }
 
 /* Asks for all p has left, and empties it for the next unit's pieces. */
 static void kv_prefetch_finish(KVPrefetch *p) {
     kv_prefetch_some(p, INT_MAX);
-    p->n_pieces = 0;
-    p->next = (KVLine){0, 0, 0};
+    p->n_pieces = p->at = p->run = p->line = 0;
 }
 
 /* ------------------------------------------------------------------------- */
