@@ -2323,12 +2323,13 @@ typedef struct {
 /* The most blocks of one cache asked for ahead (KV_BLOCK positions each). */
 #define KV_PREFETCH_BLOCKS 16
 
-/* Positions a unit reads at a time, keys or values: before each chunk of n,
-   it asks for n + n / 4 lines of the next unit's (about all of them by the
-   end of its values, as the next unit is about as long), so that the asking
-   keeps pace with the reading instead of coming in bursts of a block's worth
-   (stories110M, 8 sequences, a program of their units from memory: 7% faster
-   than 64 lines before each block's run). */
+/* Positions a unit reads at a time, keys or values (a multiple of the 32 keys
+   the AVX-512 scores of one or two queries take at once). Before each chunk
+   of n it asks for n + n / 4 lines of the next unit's (about all of them by
+   the end of its values, the next unit being about as long), so that the
+   asking keeps pace with the reading instead of coming in bursts of a
+   block's worth (stories110M's units, 8 sequences from memory on 2 threads:
+   2.67 us a unit against 2.82 with 64 lines before each block's run). */
 #define KV_CHUNK 32
 
 typedef struct {
@@ -5450,8 +5451,8 @@ static inline __attribute__((always_inline)) VNNI __m512i dpbusd_broadcast(__m51
    a multiple of 8), lane l for row + l: vpdpbusd takes vector k against a
    token's 4 inputs there, broadcast. Less 128 * sum(x), each group's sums are
    exact, and its float steps the plain kernel's. The sums and the outputs
-   stay in registers and each vector is loaded as it is used (8 tokens on Zen
-   4: the matmuls 5-7% faster than with the outputs in memory). */
+   stay in registers (8 tokens on Zen 4: a step's matmuls 7-10% faster than
+   with the outputs in memory). */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                int row, int first, int T, int pairs, int lanes) {
@@ -5493,10 +5494,10 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
     for (int t = 0; t < T; t++) _mm512_storeu_ps(out + (size_t)(first + t) * out_stride + row, val[t]);
 }
 
-/* q8_rows16_vnni() for more tokens, 8 at a time over the block's 16 vectors
-   of each 64 columns, loaded once for all of them (one token per lane; past
-   T the layout's zeros): the sums and outputs of the tokens not in hand wait
-   in memory. */
+/* q8_rows16_vnni() for more than 8 tokens (not the pairs layout): each 64
+   columns' 16 vectors loaded once, then 8 tokens at a time against them
+   (past T the layout's zeros), the sums and outputs of the tokens not in
+   hand waiting in memory. */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_passes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                       int row, int T) {
