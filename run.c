@@ -2325,11 +2325,12 @@ typedef struct {
 
 /* Positions a unit reads at a time, keys or values (a multiple of the 32 keys
    the AVX-512 scores of one or two queries take at once). Before each chunk
-   of n it asks for n + n / 4 lines of the next unit's (about all of them by
-   the end of its values, the next unit being about as long), so that the
-   asking keeps pace with the reading instead of coming in bursts of a
-   block's worth (stories110M's units, 8 sequences from memory on 2 threads:
-   2.67 us a unit against 2.82 with 64 lines before each block's run). */
+   of n it asks for n + n / 4 lines of the next unit's, so that the asking
+   keeps pace with the reading instead of coming in bursts of a block's worth
+   (with 64-byte int8 rows, about all of the next unit's lines by the end of
+   its values; what is left, kv_prefetch_finish() asks for). Stories110M's
+   units, 8 sequences from memory on 2 threads: 2.67 us a unit against 2.82
+   with 64 lines before each block's run. */
 #define KV_CHUNK 32
 
 typedef struct {
@@ -2602,8 +2603,8 @@ static inline void kv_q8_rows(const KVCache *c, int layer, int kv_head, int t0, 
 }
 
 /* The positions of the chunk that starts at t0, of n_keys: at most KV_CHUNK,
-   within its block, and for int8 at most a multiple of 16 when 16 rows fit
-   in a tile (heads up to KV_TILE_FLOATS wide). */
+   within its block, and for int8 (read as it is or as a tile) at most what a
+   tile holds, a multiple of 16 when 16 rows fit (heads up to 256). */
 static inline int kv_chunk_length(const KVCache *c, int t0, int n_keys) {
     int n = kv_run_length(c, t0, n_keys);
     if (n > KV_CHUNK) n = KV_CHUNK;
@@ -4714,9 +4715,9 @@ static inline __attribute__((always_inline)) float quantize_query_pairs(int32_t 
    that share KV head kv_head, `group` queries (at most 8) at a time: each
    chunk of keys, then of values (kv_chunk_length()), is read once for the
    group, from the int8 cache's rows as they are where the set can, else as a
-   tile (kv_tile()). Head sizes not a
-   multiple of head_step, or above max_head_size, go to Part I's loop, and so
-   do int8 keys the set cannot score. */
+   tile (kv_tile()). Head sizes not a multiple of head_step, or above
+   max_head_size, go to Part I's loop, and so do int8 keys the set cannot
+   score. */
 static inline __attribute__((always_inline)) void
 attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos, const KVCache *keys,
                      const KVCache *values, int layer, int kv_head, float *att, size_t att_stride, int16_t *query16,
@@ -4757,7 +4758,7 @@ attention_block_body(float *out, const float *q, int n_tokens, int dim, int pos,
         for (int t0 = 0, n; t0 < n_keys; t0 += n) {
             n = kv_chunk_length(keys, t0, n_keys);
             kv_prefetch_some(ahead, n + n / 4);
-            if (direct_keys) { /* the block's rows as they are */
+            if (direct_keys) { /* the rows as they are */
                 const int8_t *rows;
                 const float *scales;
                 kv_q8_rows(keys, layer, kv_head, t0, &rows, &scales);
@@ -4935,7 +4936,7 @@ scores_avx512(float *att, size_t att_stride, const float *const *q, int Q, const
         for (int j = 0; j < head_size; j += 16) {
             for (int k = 0; k < 16; k++) {
                 /* the cache rows are far apart: ask for the next block's now */
-                if (t + 32 <= n_keys) prefetch(block + k * kv_dim + j, 16 * kv_dim * sizeof(float));
+                prefetch(block + k * kv_dim + j, 16 * kv_dim * sizeof(float));
                 columns[j + k] = _mm512_loadu_ps(block + k * kv_dim + j);
             }
             transpose16(columns + j);
@@ -5118,7 +5119,7 @@ scores_q8_keys(float *att, size_t att_stride, const int32_t *const *query, const
 
 /* The scores of n_keys int8 keys: 32 at a time for one or two queries (whose
    sums are few), else 16; the last few as a block of 16 with rows missing.
-   Each block asks for the next one's rows while the run has them. */
+   Each block asks for the next one's rows when they are among these keys. */
 static inline __attribute__((always_inline)) AVX512 void
 scores_q8_avx512(float *att, size_t att_stride, const int32_t *const *query, const float *query_scale, int Q,
                  const int8_t *keys, const float *scales, int n_keys, int head_size) {
@@ -5465,8 +5466,9 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
     for (int t = 0; t < lanes; t++) val[t] = _mm512_setzero_ps(), acc[t] = _mm512_setzero_si512();
     for (int c = 0; c < n / 64; c++) {
         /* the 16 vectors of 64 columns: for 1 or 4 tokens loaded at once, in
-           flight together (one token: 3-5% faster); for 8 each as it is used,
-           the registers holding 8 sums and 8 outputs */
+           flight together (one token: loaded as used, generate was 5-10%
+           slower); for 8 each as it is used, the registers holding 8 sums and
+           8 outputs */
         __m512i v[16];
         if (lanes <= 4)
             for (int k = 0; k < 16; k++) v[k] = _mm512_load_si512(pieces + 16 * c + k);
@@ -5475,7 +5477,8 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
             /* token first + t's 4 inputs at 64 * c + 4 * k: x[2 * t] (pairs) or x[t] */
             const int32_t *x = pairs ? in.x + (size_t)(8 * c + k / 2) * 16 + k % 2
                                      : in.x + (size_t)(16 * c + k) * width + first;
-            __builtin_prefetch((const void *)(next + (size_t)1024 * c + 64 * k), 0, 2);
+            if (first == 0) /* the first pass over the block asks for the next */
+                __builtin_prefetch((const void *)(next + (size_t)1024 * c + 64 * k), 0, 2);
             if (lanes == 8) v[k] = _mm512_load_si512(pieces + 16 * c + k);
 #pragma GCC unroll 8
             for (int t = 0; t < lanes; t++) acc[t] = dpbusd_broadcast(acc[t], v[k], x + (pairs ? 2 * t : t));
@@ -5562,7 +5565,7 @@ q8_rows16_lanes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w
     else if (rest) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, T - rest, rest, pairs, 4);
 }
 
-/* q8_rows16_vnni() for the packed blocks of 16 rows in [begin, end) (begin a
+/* q8_rows16_lanes_vnni() for the packed blocks of 16 rows in [begin, end) (begin a
    multiple of 16); returns the first row left. */
 static inline __attribute__((always_inline)) VNNI int
 q8_blocks16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int T,
@@ -5668,7 +5671,7 @@ static AVX512 void prepare_q8_vnni(void *scratch, const int8_t *xq, const float 
         return;
     }
     transpose_tiles((float *)in.x + begin, width, (const float *)(xq + (size_t)begin * n), n / 4, rows, n / 4);
-    /* zeros up to a multiple of 8 tokens, which q8_rows16_vnni() takes as tokens */
+    /* zeros up to a multiple of 8 tokens, which q8_rows16_passes_vnni() takes as tokens */
     for (int t = T > begin ? T : begin; t < (T + 7) / 8 * 8 && t < end; t++) {
         for (int j = 0; j < n / 4; j++) ((int32_t *)in.x)[(size_t)j * width + t] = 0;
         for (int g = 0; g < groups; g++) bias[(size_t)g * width + t] = 0, scale[(size_t)g * width + t] = 0;
