@@ -5447,6 +5447,15 @@ static inline __attribute__((always_inline)) VNNI __m512i dpbusd_broadcast(__m51
     return acc;
 }
 
+/* One group's float steps for 16 rows and one token (its slot `at` in the
+   layout): the exact sum less 128 * sum(x), times the rows' scales, times
+   the token's, as the plain kernel multiplies them. */
+static inline __attribute__((always_inline)) VNNI __m512 q8_group_term(__m512i sums, Q8Tokens in, size_t at,
+                                                                     const float *row_scales) {
+    __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, _mm512_set1_epi32(in.bias[at])));
+    return _mm512_mul_ps(_mm512_mul_ps(ival, _mm512_load_ps(row_scales)), _mm512_set1_ps(in.scale[at]));
+}
+
 /* Sixteen packed rows for tokens first .. first + T - 1, at most `lanes` (1, 4
    or 8) of them (first is 0 in the pairs layout; the layouts hold zeros up to
    a multiple of 8), lane l for row + l: vpdpbusd takes vector k against a
@@ -5486,10 +5495,7 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
             if (done % group_size) continue;
             int g = done / group_size - 1;
             for (int t = 0; t < lanes; t++) {
-                size_t at = (size_t)g * width + first + t;
-                __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t], _mm512_set1_epi32(in.bias[at])));
-                __m512 term = _mm512_mul_ps(_mm512_mul_ps(ival, _mm512_load_ps(scales + 16 * g)), _mm512_set1_ps(in.scale[at]));
-                val[t] = _mm512_add_ps(val[t], term);
+                val[t] = _mm512_add_ps(val[t], q8_group_term(acc[t], in, (size_t)g * width + first + t, scales + 16 * g));
                 acc[t] = _mm512_setzero_si512();
             }
         }
@@ -5530,9 +5536,7 @@ q8_rows16_passes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *
                 if (done % group_size) continue;
                 int g = done / group_size - 1;
                 for (int t = 0; t < 8; t++) {
-                    size_t at = (size_t)g * width + t0 + t;
-                    __m512 ival = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t], _mm512_set1_epi32(in.bias[at])));
-                    __m512 term = _mm512_mul_ps(_mm512_mul_ps(ival, _mm512_load_ps(scales + 16 * g)), _mm512_set1_ps(in.scale[at]));
+                    __m512 term = q8_group_term(acc[t], in, (size_t)g * width + t0 + t, scales + 16 * g);
                     _mm512_storeu_ps(val[t0 + t], _mm512_add_ps(_mm512_loadu_ps(val[t0 + t]), term));
                     acc[t] = _mm512_setzero_si512();
                 }
