@@ -6398,6 +6398,62 @@ static void swiglu_batch(float *hb, const float *hb2, int n) {
     parallel_for(swiglu_task, &job, (n + 255) / 256, 20.0 * n);
 }
 
+typedef struct {
+    Batch *b;
+    const Checkpoint *ck;
+    const Segment *segments;
+    const int *segment_of; /* [T]: each token's segment */
+    int layer;
+} RopeStoreJob;
+
+/* Units are tokens: each token's q and k turned by RoPE (after the biases and
+   q/k norms of the models that have them), its k and v stored at its position
+   in its segment's caches. */
+static void rope_store_task(void *ctx, int begin, int end, int thread) {
+    RopeStoreJob *job = ctx;
+    const Config *c = &job->ck->config;
+    const Weights *w = &job->ck->weights;
+    Batch *b = job->b;
+    int l = job->layer, head_size = c->head_size;
+    int q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
+    (void)thread;
+    for (int t = begin; t < end; t++) {
+        const Segment *seg = &job->segments[job->segment_of[t]];
+        int pos = seg->pos + t - seg->first;
+        float *q = b->q + (size_t)t * q_dim, *k = b->k + (size_t)t * kv_dim, *v = b->v + (size_t)t * kv_dim;
+        const float *cos_pos = b->s->rope_cos + (size_t)pos * head_size / 2;
+        const float *sin_pos = b->s->rope_sin + (size_t)pos * head_size / 2;
+        if (c->qkv_bias) {
+            add(q, w->bq + (size_t)l * q_dim, q_dim);
+            add(k, w->bk + (size_t)l * kv_dim, kv_dim);
+            add(v, w->bv + (size_t)l * kv_dim, kv_dim);
+        }
+        if (c->qk_norm) {
+            rmsnorm_heads(q, c->n_heads, w->q_norm + (size_t)l * head_size, head_size, c->norm_eps);
+            rmsnorm_heads(k, c->n_kv_heads, w->k_norm + (size_t)l * head_size, head_size, c->norm_eps);
+        }
+        kernels->rope(q, q_dim, head_size, cos_pos, sin_pos);
+        kernels->rope(k, kv_dim, head_size, cos_pos, sin_pos);
+        cache_store(seg->keys, l, pos, k, kernels->quantize);
+        cache_store(seg->values, l, pos, v, kernels->quantize);
+    }
+}
+
+/* RoPE and the cache stores of layer l for the segments' T tokens, on all
+   threads when there are several: about 4 multiply-adds a value turned, and
+   for the int8 cache (every segment's caches are of one type) a quantization
+   (some 16) for each value stored. */
+static void rope_store_batch(Batch *b, const Checkpoint *ck, int l, const Segment *segments, int n_segments, int T) {
+    const Config *c = &ck->config;
+    int q_dim = c->head_size * c->n_heads, kv_dim = c->head_size * c->n_kv_heads;
+    int segment_of[MAX_BATCH];
+    for (int i = 0; i < n_segments; i++)
+        for (int t = segments[i].first; t < segments[i].first + segments[i].n; t++) segment_of[t] = i;
+    RopeStoreJob job = {b, ck, segments, segment_of, l};
+    double per_token = 4.0 * (q_dim + kv_dim) + (segments[0].keys->q ? 32.0 : 2.0) * kv_dim;
+    parallel_for(rope_store_task, &job, T, per_token * T);
+}
+
 /* A unit's tokens: [first, first + n) of segment `segment`. */
 typedef struct {
     int segment, first, n;
@@ -6467,61 +6523,6 @@ static void attention(Batch *b, const Config *c, int layer, const Segment *segme
     }
     AttentionJob job = {b, c, segments, blocks, layer, n_blocks * c->n_kv_heads};
     parallel_for(attention_task, &job, job.n_units, work);
-}
-
-typedef struct {
-    Batch *b;
-    const Checkpoint *ck;
-    const Segment *segments;
-    const int *segment_of; /* [T]: each token's segment */
-    int layer;
-} RopeStoreJob;
-
-/* Units are tokens: each token's q and k turned by RoPE (after the biases and
-   q/k norms of the models that have them), its k and v stored at its position
-   in its segment's caches. */
-static void rope_store_task(void *ctx, int begin, int end, int thread) {
-    RopeStoreJob *job = ctx;
-    const Config *c = &job->ck->config;
-    const Weights *w = &job->ck->weights;
-    Batch *b = job->b;
-    int l = job->layer, head_size = c->head_size;
-    int q_dim = head_size * c->n_heads, kv_dim = head_size * c->n_kv_heads;
-    (void)thread;
-    for (int t = begin; t < end; t++) {
-        const Segment *seg = &job->segments[job->segment_of[t]];
-        int pos = seg->pos + t - seg->first;
-        float *q = b->q + (size_t)t * q_dim, *k = b->k + (size_t)t * kv_dim, *v = b->v + (size_t)t * kv_dim;
-        const float *cos_pos = b->s->rope_cos + (size_t)pos * head_size / 2;
-        const float *sin_pos = b->s->rope_sin + (size_t)pos * head_size / 2;
-        if (c->qkv_bias) {
-            add(q, w->bq + (size_t)l * q_dim, q_dim);
-            add(k, w->bk + (size_t)l * kv_dim, kv_dim);
-            add(v, w->bv + (size_t)l * kv_dim, kv_dim);
-        }
-        if (c->qk_norm) {
-            rmsnorm_heads(q, c->n_heads, w->q_norm + (size_t)l * head_size, head_size, c->norm_eps);
-            rmsnorm_heads(k, c->n_kv_heads, w->k_norm + (size_t)l * head_size, head_size, c->norm_eps);
-        }
-        kernels->rope(q, q_dim, head_size, cos_pos, sin_pos);
-        kernels->rope(k, kv_dim, head_size, cos_pos, sin_pos);
-        cache_store(seg->keys, l, pos, k, kernels->quantize);
-        cache_store(seg->values, l, pos, v, kernels->quantize);
-    }
-}
-
-/* RoPE and the cache stores of layer l for the segments' T tokens, on all
-   threads when there are several: about 4 multiply-adds a value turned, and
-   for the int8 cache a quantization (some 16) for each value stored. */
-static void rope_store_batch(Batch *b, const Checkpoint *ck, int l, const Segment *segments, int n_segments, int T) {
-    const Config *c = &ck->config;
-    int q_dim = c->head_size * c->n_heads, kv_dim = c->head_size * c->n_kv_heads;
-    int segment_of[MAX_BATCH];
-    for (int i = 0; i < n_segments; i++)
-        for (int t = segments[i].first; t < segments[i].first + segments[i].n; t++) segment_of[t] = i;
-    RopeStoreJob job = {b, ck, segments, segment_of, l};
-    double per_token = 4.0 * (q_dim + kv_dim) + (segments[0].keys->q ? 32.0 : 2.0) * kv_dim;
-    parallel_for(rope_store_task, &job, T, per_token * T);
 }
 
 /* ------------------------------------------------------------------------- */
