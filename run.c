@@ -5456,13 +5456,13 @@ static inline __attribute__((always_inline)) VNNI __m512 q8_group_term(__m512i s
     return _mm512_mul_ps(_mm512_mul_ps(ival, _mm512_load_ps(row_scales)), _mm512_set1_ps(in.scale[at]));
 }
 
-/* Sixteen packed rows for tokens first .. first + T - 1, at most `lanes` (1, 4
-   or 8) of them (first is 0 in the pairs layout; the layouts hold zeros up to
+/* Sixteen packed rows for tokens first .. first + T - 1, at most `lanes` (1, 4,
+   8 or 12) of them (first is 0 in the pairs layout; the layouts hold zeros up to
    a multiple of 8), lane l for row + l: vpdpbusd takes vector k against a
    token's 4 inputs there, broadcast. Less 128 * sum(x), each group's sums are
    exact, and its float steps the plain kernel's. The sums and the outputs
    stay in registers (8 tokens on Zen 4: a step's matmuls 7-10% faster than
-   with the outputs in memory). */
+   with the outputs in memory; 12 tokens still fit, 24 of the 32). */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                int row, int first, int T, int pairs, int lanes) {
@@ -5470,14 +5470,14 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
     const __m512i *pieces = (const __m512i *)block;
     const float *scales = (const float *)(block + (size_t)16 * n); /* group g's: 16 floats at 16 * g */
     uintptr_t next = (uintptr_t)block + q8_packed_block_bytes(n, group_size); /* an address only: maybe past the copy */
-    __m512 val[8];
-    __m512i acc[8];
+    __m512 val[12];
+    __m512i acc[12];
     for (int t = 0; t < lanes; t++) val[t] = _mm512_setzero_ps(), acc[t] = _mm512_setzero_si512();
     for (int c = 0; c < n / 64; c++) {
         /* the 16 vectors of 64 columns: for 1 or 4 tokens loaded at once, in
            flight together (one token: loaded as used, generate was 5-10%
-           slower); for 8 each as it is used, the registers holding 8 sums and
-           8 outputs */
+           slower); for 8 or 12 each as it is used, the registers holding
+           the sums and the outputs */
         __m512i v[16];
         if (lanes <= 4)
             for (int k = 0; k < 16; k++) v[k] = _mm512_load_si512(pieces + 16 * c + k);
@@ -5488,8 +5488,8 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
                                      : in.x + (size_t)(16 * c + k) * width + first;
             if (first == 0) /* the first pass over the block asks for the next */
                 __builtin_prefetch((const void *)(next + (size_t)1024 * c + 64 * k), 0, 2);
-            if (lanes == 8) v[k] = _mm512_load_si512(pieces + 16 * c + k);
-#pragma GCC unroll 8
+            if (lanes >= 8) v[k] = _mm512_load_si512(pieces + 16 * c + k);
+#pragma GCC unroll 12
             for (int t = 0; t < lanes; t++) acc[t] = dpbusd_broadcast(acc[t], v[k], x + (pairs ? 2 * t : t));
             int done = 64 * c + 4 * k + 4;
             if (done % group_size) continue;
@@ -5549,11 +5549,12 @@ q8_rows16_passes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *
         _mm512_storeu_ps(out + (size_t)t * out_stride + row, _mm512_loadu_ps(val[t]));
 }
 
-/* The block's 16 rows for T tokens: up to 8 in one pass (1, 4 or 8 lanes of
-   tokens as a constant, from token 0); more 8 at a time, and when 1 to 4 are
-   left past a multiple of 8, those 1 or 4 at a time in a second pass over
+/* The block's 16 rows for T tokens: up to 12 in one pass (1, 4, 8 or 12 lanes
+   of tokens as a constant, from token 0); more 8 at a time, and when 1 to 4
+   are left past a multiple of 8, those 1 or 4 at a time in a second pass over
    the block (in L1 or L2 by then), so that vpdpbusd is spent on at most 3
-   padding tokens, not 7. */
+   padding tokens, not 7. (The 1.1B shape's matmuls at 12 tokens: 38.7-41.4 ms
+   in one pass against 49-51 in two; at 8 tokens, 28-36.) */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_lanes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                      int row, int T, int pairs) {
@@ -5561,6 +5562,10 @@ q8_rows16_lanes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w
         if (T == 1) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, 1, pairs, 1);
         else if (T <= 4) q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, T, pairs, 4);
         else q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, T, pairs, 8);
+        return;
+    }
+    if (T <= 12) { /* the 8 answering tokens of a -b 8 step and a few of a prompt, say */
+        q8_rows16_vnni(out, out_stride, in, w, n, group_size, width, row, 0, T, pairs, 12);
         return;
     }
     int rest = T % 8 <= 4 ? T % 8 : 0; /* for the second pass; 5 to 7 left over go as 8 */

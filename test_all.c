@@ -2725,8 +2725,9 @@ static void test_batched_matmul(void) {
         memcpy(q6k_blocks + 210 * i + 208, &d_bits, 2);
     }
     float *plain6 = calloc((size_t)MAX_BATCH * d, sizeof(float)), *fast6 = calloc((size_t)MAX_BATCH * d, sizeof(float));
-    /* 2-8: the few-token paths; 9-21: the last 1 to 4 tokens after 8s one or four at a time, 5 to 7 as 8 */
-    static const int batch[] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 16, 17, 19, 21, 40, MAX_BATCH};
+    /* 2-8: the few-token paths; 9-12: twelve lanes (VNNI); 13-21: the last 1 to 4 tokens after 8s one or four at a
+       time, 5 to 7 as 8 */
+    static const int batch[] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 16, 17, 19, 21, 40, MAX_BATCH};
     /* input width n and group size (0: fp32); 200 is not a multiple of 16, the int8 layouts' step; groups of 96
        end and begin inside 64-byte pieces of the packed layout */
     static const int shapes[][2] = {{192, 0}, {192, 4}, {192, 32}, {192, 64}, {192, 96}, {200, 0}, {200, 4}, {200, 8},
