@@ -5553,8 +5553,8 @@ q8_rows16_passes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *
    of tokens as a constant, from token 0); more 8 at a time, and when 1 to 4
    are left past a multiple of 8, those 1 or 4 at a time in a second pass over
    the block (in L1 or L2 by then), so that vpdpbusd is spent on at most 3
-   padding tokens, not 7. (The 1.1B shape's matmuls at 12 tokens: 38.7-41.4 ms
-   in one pass against 49-51 in two; at 8 tokens, 28-36.) */
+   padding tokens, not 7. (The 1.1B shape's matmuls at 12 tokens: 39-41 ms in
+   one pass against 49-51 in two.) */
 static inline __attribute__((always_inline)) VNNI void
 q8_rows16_lanes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
                      int row, int T, int pairs) {
