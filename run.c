@@ -6637,6 +6637,7 @@ typedef struct {
     float temperature, topp, minp, presence_penalty;
     long long topk, seed, steps, threads, lookup, max_draft, roll;
     long long batch, pool; /* batch mode: sequences at once, KV pool positions (0: the default) */
+    long long answer_tokens; /* chat: an answer's most tokens (0: the context) */
     int steps_given; /* perplexity's windows are the whole context unless -n says otherwise */
     int thinking;    /* -e: Qwen3 chat thinks (1, the default) or not (0) */
     CacheType cache;
@@ -7182,9 +7183,9 @@ static int has_chat_tokens(const Tokenizer *tok) {
    ChatML answer stays in it as Qwen3's template renders earlier turns, without
    its thinking (end_chatml_answer()). When the context is full, it shifts
    (shift_context()), keeping BOS and the system prompt; an answer as long as
-   the context is cut there. */
+   the context, or as answer_tokens (-a), is cut there. */
 static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, const char *cli_user_prompt,
-                 const char *cli_system_prompt, int thinking) {
+                 const char *cli_system_prompt, int thinking, long long answer_tokens) {
     if (tok->kind == BYTE_LEVEL_BPE && !has_chat_tokens(tok))
         fail("the tokenizer has no chat tokens (<|start_header_id|>, <|end_header_id|>, <|eot_id|> or <|im_start|>, "
              "<|im_end|>): cannot chat");
@@ -7216,10 +7217,12 @@ static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, c
         int first = sample(sampler, feed(m, d, prompt.ids, prompt.n)), ended;
         int answer_start = d->seq.n, role_start = answer_start - (prompt.n - role);
         free(prompt.ids);
-        /* an answer is at most as long as the context: past that it could not
-           see its own beginning, and a model that never stops would not end */
+        /* an answer is at most as long as the context (past that it could not
+           see its own beginning, and a model that never stops would not end),
+           and as -a says */
         int longest = m->state.n_pos;
-        print_answer(m, d, tok, sampler, first, longest, stop_ids, n_stop, &ended);
+        long most = answer_tokens > 0 && answer_tokens < longest ? answer_tokens : longest;
+        long printed = print_answer(m, d, tok, sampler, first, most, stop_ids, n_stop, &ended);
         printf("\n");
         fflush(stdout);
         if (ferror(stdout)) break; /* the reader is gone */
@@ -7227,7 +7230,8 @@ static void chat(Model *m, Decoder *d, const Tokenizer *tok, Sampler *sampler, c
            token was); llama2.c draws a token here that it never uses, and so do
            we, so a seed gives the same chat. A cut answer's last token was
            drawn, not yet run; it goes in with the end. */
-        if (!ended) fprintf(stderr, "run: the answer reached the context's length (%d tokens); cutting it there\n", longest);
+        if (!ended && printed == longest)
+            fprintf(stderr, "run: the answer reached the context's length (%d tokens); cutting it there\n", longest);
         int run = ended ? d->seq.n : d->seq.n - 1;
         if (tok->chat == CHATML && d->shifts == shifts) {
             sample(sampler, end_chatml_answer(m, d, tok, role_start, answer_start, run));
@@ -8057,6 +8061,7 @@ static void usage(FILE *out) {
             "  -b <int>    batch: sequences run at once, 1..%d, default %d\n"
             "  -x <int>    batch: KV cache pool in positions, default the longest request's times -b (or the prompts)\n"
             "  -y <string> system prompt in chat mode (batch: for the prompts without \"system\")\n"
+            "  -a <int>    chat: an answer's most tokens, >= 0, default 0 = up to the context\n"
             "  -j <int>    threads, >= 1, default: one per CPU core\n"
             "  -d <string> draft model for speculative decoding (same vocabulary)\n"
             "  -l <int>    speculative decoding drafted from the text: n-grams of up to this many tokens, 1..16\n"
@@ -8138,7 +8143,7 @@ static Options parse_options(int argc, char **argv) {
             o.checkpoint = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpKMPsnifzmyjdlkrcbxe", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpKMPsnifzmyajdlkrcbxe", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
         switch (arg[1]) {
@@ -8154,6 +8159,7 @@ static Options parse_options(int argc, char **argv) {
         case 'z': o.tokenizer = val; break;
         case 'm': mode = val; break;
         case 'y': o.system_prompt = val; break;
+        case 'a': o.answer_tokens = parse_int(arg, val, 0, INT32_MAX); break;
         case 'j': o.threads = parse_int(arg, val, 1, 1024); break;
         case 'd': o.draft = val; break;
         case 'l': o.lookup = parse_int(arg, val, 1, 16); break;
@@ -8181,6 +8187,7 @@ static Options parse_options(int argc, char **argv) {
     if (o.draft && o.lookup) bad_flag("-d and -l: draft from a model or from the text, not both");
     if (o.max_draft && !o.draft && !o.lookup) bad_flag("-k needs -d or -l");
     if (o.roll && o.mode != GENERATE) bad_flag("-r: for generate only (chat always shifts its context)");
+    if (o.answer_tokens && o.mode != CHAT) bad_flag("-a: for chat only (generate counts the prompt in -n; batch: \"n\")");
     if (!o.thinking && o.mode != CHAT && o.mode != BATCH) bad_flag("-e: for chat and batch only");
     if (o.mode == PERPLEXITY && (o.draft || o.lookup))
         bad_flag("-d and -l speed up generate and chat; -m perplexity has no use for them");
@@ -8219,7 +8226,7 @@ static void run_decoding(Model *m, const Tokenizer *tok, const char *text, const
                        .probindex = xmalloc(c->vocab_size * sizeof(ProbIndex)), .softmax = fast.softmax,
                        .argmax = fast.argmax};
     if (o->mode == GENERATE) generate(m, &d, tok, &sampler, text, (int)steps);
-    else chat(m, &d, tok, &sampler, text[0] ? text : NULL, o->system_prompt, o->thinking);
+    else chat(m, &d, tok, &sampler, text[0] ? text : NULL, o->system_prompt, o->thinking, o->answer_tokens);
     free(sampler.probindex);
     free_answer(&sampler);
     free(d.seq.ids), free(d.logits), free(d.draft_probs);
