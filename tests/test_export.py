@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Tests of export.py, checked against ./run and an independent numpy reference.
 
-usage: /usr/bin/python3 tests/test_export.py [./run]
+usage: /usr/bin/python3 tests/test_export.py [--quick] [./run]
+
+--quick runs only the tokenizer.model export and the Hugging Face Llama and GGUF model
+exports with ./run's text against the numpy reference: common breakages of export.py in
+about 15 seconds, against the full run's 3 to 4 minutes.
 
 Needs numpy. Parts that need torch (--meta, --checkpoint), ../shared (the shipped
 models and the Llama 2 and Llama 3 tokenizers), sentencepiece, the npm registry (a
@@ -47,7 +51,8 @@ import hashlib
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 SHARED = os.path.join(os.path.dirname(HERE), "shared")
 EXPORT = os.path.join(HERE, "export.py")
-RUN = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(HERE, "run")
+QUICK = "--quick" in sys.argv[1:]
+RUN = next((os.path.abspath(a) for a in sys.argv[1:] if a != "--quick"), os.path.join(HERE, "run"))
 TOKENIZER_SHA256 = "50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361"
 
 passed = failed = skipped = 0
@@ -384,29 +389,20 @@ def run_text(model, tokenizer, prompt, steps):
 
 
 def run_tokenize(model, tokenizer, text):
+    """(ids, "") of ./run -m tokenize, BOS first; (None, why) when it fails."""
     try:
         p = subprocess.run([RUN, model, "-z", tokenizer, "-m", "tokenize", "-i", text],
                            capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if p.returncode != 0:
-        return None
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"./run -m tokenize: {e}"
     try:
-        return [int(x) for x in p.stdout.split()]
+        ids = [int(x) for x in p.stdout.split()]
     except ValueError:
-        return None
-
-
-def prompt_ids(model, tokenizer, prompt):
-    ids = run_tokenize(model, tokenizer, prompt) if have_run() else None
-    if ids:
-        return ids
-    try:
-        import sentencepiece
-        sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(SHARED, "tokenizer", "llama2.model"))
-        return [1] + sp.encode(prompt)
-    except Exception:
-        return None
+        ids = None
+    if p.returncode == 0 and ids:
+        return ids, ""
+    return None, (f"./run -m tokenize: rc {p.returncode}; stdout {p.stdout[:100]!r}; "
+                  f"stderr {p.stderr.decode(errors='replace').strip()[-300:]}")
 
 
 def compare_generation(name, model, weights, config, tokenizer, prompt="Once upon a time", steps=24,
@@ -416,9 +412,9 @@ def compare_generation(name, model, weights, config, tokenizer, prompt="Once upo
     if not have_run():
         skip(name, f"{RUN} not built")
         return
-    ids0 = prompt_ids(model, tokenizer, prompt)
-    if not ids0:
-        skip(name, "no way to tokenize the prompt (./run -m tokenize, sentencepiece)")
+    ids0, why = run_tokenize(model, tokenizer, prompt)
+    if ids0 is None:
+        ok(name, False, why)
         return
     _, pieces, _ = read_tokenizer_bin(tokenizer)
     ref_ids, gaps = hf_generate(weights, config, ids0, steps)
@@ -592,9 +588,9 @@ def test_tokenizer_json(sp_export):
     texts = [json.loads(line)["text"] for line in open(cases, encoding="utf-8")]
     for text in texts:
         want = hf_bpe_encode(text, vocab, ranks)
-        got = run_tokenize(rmodel, out2, text)
+        got, why = run_tokenize(rmodel, out2, text)
         if got != want:
-            bad.append((text, want[:12], got[:12] if got else got))
+            bad.append((text, want[:12], got[:12] if got else why))
     ok(f"published tokenizer.json: ./run's ids equal a Hugging Face BPE reference ({len(texts) - len(bad)}/{len(texts)})",
        not bad, f"first: {bad[0] if bad else ''}")
 
@@ -884,14 +880,14 @@ def test_qwen(tokenizer):
         compare_generation(f"{label}: greedy text equals the numpy reference", out, weights, cfg, tokenizer)
         # the logits, through -m perplexity's numbers (a function of every scored logit)
         text = "Once upon a time, a little fox named Pip lived near the old mill. " * 3
-        ids = (run_tokenize(out, tokenizer, text) or [None])[1:]
-        want = hf_perplexity(weights, cfg, ids, 1, 24, len(text.encode())) if ids else None
+        ids, why = run_tokenize(out, tokenizer, text)
+        want = hf_perplexity(weights, cfg, ids[1:], 1, 24, len(text.encode())) if ids else None
         rc, got, err = run_perplexity(out, tokenizer, "-n", 24, "-i", text)
         line = PERPLEXITY_LINE.fullmatch(got)
         ok(f"{label}: -m perplexity (nll, bpb) within 1e-5 of the numpy reference's",
            want is not None and line is not None
            and all(abs(float(line.group(i)) - want[i - 1]) <= 1e-5 * abs(want[i - 1]) for i in (1, 2, 3)),
-           f"got {got!r} {err[-200:]}, reference {want}")
+           f"got {got!r} {err[-200:]}, reference {want} {why}")
         v2 = path(f"{kind}_{int(tied)}_v2.bin")
         rc, err = export(v2, "--hf", folder, "--version", "2", "--group-size", "8")
         if ok(f"{label}: --hf exports to version 2 (int8, biases and norms fp32)", rc == 0, err):
@@ -990,14 +986,17 @@ def test_qwen_readme():
         if not (os.path.exists(model) and os.path.exists(tokenizer)):
             continue
         prompt = "Once upon a time, there was"
-        ids0 = run_tokenize(model, tokenizer, prompt)
+        ids0, why = run_tokenize(model, tokenizer, prompt)
+        if ids0 is None:
+            ok(f"README: {model_dir}: ./run -m tokenize of the prompt", False, why)
+            continue
         weights = {n: stored(a, "BF16") for n, a in raw.items()}
-        steps = len(ids0 or []) + 4  # positions, as -n counts them
-        ref, gaps = hf_generate(weights, cfg, ids0 or [], steps, stop_ids=(151643, 151645))
+        steps = len(ids0) + 4  # positions, as -n counts them
+        ref, gaps = hf_generate(weights, cfg, ids0, steps, stop_ids=(151643, 151645))
         want = b"".join(piece_bytes.get(i, b"") for i in ref)
         rc, got, err = run_text(model, tokenizer, prompt, steps)
         ok(f"README: {model_dir}: the int8 model's first greedy tokens through Qwen's tokenizer equal the "
-           f"numpy reference's", ids0 is not None and rc == 0 and got.rstrip(b"\n") == want,
+           f"numpy reference's", rc == 0 and got.rstrip(b"\n") == want,
            f"reference {want!r} (logit gaps {[round(g, 3) for g in gaps]}), got {got!r} {err[-200:]}")
 
 
@@ -1070,10 +1069,11 @@ def test_perplexity(tokenizer):
     except Exception:
         ids = None
     if not ids:  # ./run's own encoder (checked against SentencePiece elsewhere), its BOS dropped
-        ids = (run_tokenize(model, tokenizer, text) or [None])[1:]
-    if not ids:
-        skip(name, "no way to tokenize the text (sentencepiece, ./run -m tokenize)")
-        return
+        ids, why = run_tokenize(model, tokenizer, text)
+        if ids is None:
+            ok(name, False, why)
+            return
+        ids = ids[1:]
     text_file = path("ppl.txt")
     with open(text_file, "wb") as f:
         f.write(text.encode("utf-8"))
@@ -1159,12 +1159,11 @@ def test_llama3(tokenizer):
     if tokenizer:
         compare_generation("Llama 3 shape (RoPE scaling, tied, GQA): v1 greedy text equals the numpy HF reference",
                            out, weights, cfg, tokenizer)
-        ids0 = prompt_ids(out, tokenizer, "Once upon a time")
-        if ids0:
-            scaled, _ = hf_generate(weights, cfg, ids0, 24)
-            unscaled, _ = hf_generate(weights, dict(cfg, rope_scaling=None), ids0, 24)
-            ok("Llama 3 shape: the reference's greedy text changes without the RoPE scaling (so the check above "
-               "sees it)", scaled != unscaled)
+        ids0 = [1, 9038, 2501, 263, 931]  # the prompt above, "Once upon a time", in Llama 2's ids
+        scaled, _ = hf_generate(weights, cfg, ids0, 24)
+        unscaled, _ = hf_generate(weights, dict(cfg, rope_scaling=None), ids0, 24)
+        ok("Llama 3 shape: the reference's greedy text changes without the RoPE scaling (so the check above "
+           "sees it)", scaled != unscaled)
 
     rc, err = export(path("llama3_v0.bin"), "--hf", folder, "--version", "0")
     ok("version 0 refuses RoPE scaling, naming it, with a hint to use --version 1",
@@ -2282,6 +2281,16 @@ def quant_types(cfg, scheme="Q4_K_M"):
                                     cfg["num_attention_heads"] * hd, cfg["tie_word_embeddings"], seventy_b, scheme)
 
 
+def int8_group(cfg):
+    """The group size of export.py's int8 for this shape: --group-size's default, 64,
+    halved until it divides dim, hidden_dim and the q width."""
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    group = 64
+    while cfg["hidden_size"] % group or cfg["intermediate_size"] % group or cfg["num_attention_heads"] * hd % group:
+        group //= 2
+    return group
+
+
 def test_quant_recipe():
     """The version 3 type table of --quant Q4_K_M and q4k: each matrix in the type of
     the rule above (Q4_K as q4k, Q6_K as q6k, or int8 per 16 for an odd number of blocks,
@@ -2303,19 +2312,22 @@ def test_quant_recipe():
                 continue
             h, table, got, size_ok = read_v3(out)
             kind = quant_types(cfg, scheme)
-            group = re.search(r"quantized to int8 \(group size (\d+)\)", err)
-            group = int(group.group(1)) if group else 64
+            group = int8_group(cfg)
             want = [v3_entry(kind(name), v3_shape(h, name), group) for name in got]
             requantized = sorted({kind(name) for name in got} - set(QUANT_TABLE))
             named = sorted(set(re.findall(r"\((Q5_0|Q5_1|Q5_K|F16)\)", err)))
+            noted_groups = [int(g) for g in re.findall(r"quantized to int8 \(group size (\d+)\)", err)]
             # export.py's names of the matrices of Q6_K of an odd number of blocks (here only a classifier)
             odd = [EXPORT_NAMES[name.split(".")[-2]] for name, entry in zip(got, want)
                    if kind(name) == "Q6_K" and entry == Q6K_ODD_TABLE]
             odd_named = q6k_odd_named(err)
             ok(f"--quant {scheme} ({label}): the type table follows llama.cpp's rule; {requantized or 'nothing'} "
-               f"requantized and named; Q6_K of an odd number of blocks as int8 per 16, named: {odd or 'none'}",
-               table == want and size_ok and named == requantized and odd_named == odd,
-               f"{[(n, t, w_) for n, t, w_ in zip(got, table, want) if t != w_][:4]} {named} {odd_named} {err[-300:]}")
+               f"requantized and named{f' (int8 group size {group})' if requantized else ''}; Q6_K of an odd number "
+               f"of blocks as int8 per 16, named: {odd or 'none'}",
+               table == want and size_ok and named == requantized and noted_groups == ([group] if requantized else [])
+               and odd_named == odd,
+               f"{[(n, t, w_) for n, t, w_ in zip(got, table, want) if t != w_][:4]} {named} {noted_groups} "
+               f"{odd_named} {err[-300:]}")
 
 
 def quant_reference_gguf(file, cfg, w, scheme="Q4_K_M"):
@@ -2505,7 +2517,8 @@ def test_q6k_odd_blocks(tokenizer):
         if not tokenizer or not have_run():
             skip(f"{label}: ./run", "no 32000-piece tokenizer.bin or no ./run")
             continue
-        if not ok(f"{label}: ./run loads the file", run_tokenize(out, tokenizer_511, "Once upon a time") is not None):
+        loaded, why = run_tokenize(out, tokenizer_511, "Once upon a time")
+        if not ok(f"{label}: ./run loads the file", loaded is not None, why):
             continue
         kind, weights = quant_types(cfg), {}
         gguf_name = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
@@ -2598,22 +2611,27 @@ def main():
           f"work folder {WORK}")
     try:
         sp_export = test_tokenizer_model()
-        test_tokenizer_json(sp_export)
-        test_llama3_tokenizer()
-        test_qwen_tokenizer()
-        test_unicode_tables()
-        test_bin_round_trips()
         # Generation checks print text with a 32000-piece tokenizer.bin.
         repo_tok = os.path.join(HERE, "tokenizer.bin")
         tokenizer = sp_export or (repo_tok if os.path.exists(repo_tok) else None)
-        test_hf(tokenizer)
-        test_qwen(tokenizer)
-        test_qwen_readme()
-        test_perplexity(tokenizer)
-        test_llama3(tokenizer)
-        test_llama3_vocab()
-        test_gguf(tokenizer)
-        test_meta_and_checkpoint(tokenizer)
+        if QUICK:
+            test_hf(tokenizer)
+            test_gguf_models(tokenizer)
+            print("quick: the tokenizer.model, Hugging Face and GGUF model exports only; the full run has every test")
+        else:
+            test_tokenizer_json(sp_export)
+            test_llama3_tokenizer()
+            test_qwen_tokenizer()
+            test_unicode_tables()
+            test_bin_round_trips()
+            test_hf(tokenizer)
+            test_qwen(tokenizer)
+            test_qwen_readme()
+            test_perplexity(tokenizer)
+            test_llama3(tokenizer)
+            test_llama3_vocab()
+            test_gguf(tokenizer)
+            test_meta_and_checkpoint(tokenizer)
     finally:
         if not os.environ.get("TEST_EXPORT_KEEP"):
             shutil.rmtree(WORK, ignore_errors=True)
