@@ -1,12 +1,13 @@
 # make demo           build ./run and let the model in demo/ tell stories (one with its draft)
 # make                build ./run
-# make test           build and run the test suite (test_all.c)
-# make test-sanitize  the same suite, built with AddressSanitizer and UBSan
+# make test           build and run the quick test suite (about a minute: test_all.c --quick)
+# make check          build and run the whole test suite (what CI runs)
+# make test-sanitize  the whole suite, built with AddressSanitizer and UBSan
 # make run PLAIN=1    ./run without Part II: the plain kernels only (same output, slower)
 # make bench          speed and memory on three model shapes, and batch mode (needs ../shared);
 #                     BENCH_FLAGS=--long adds the 1.1B shape near position 2000
 #                     with each KV cache (--long-only: just that)
-# make test-arm64     the suite cross-compiled for aarch64, run under qemu-user
+# make test-arm64     the whole suite cross-compiled for aarch64, run under qemu-user
 CC ?= cc
 # No -march: run.c compiles its fast kernels for each instruction set and picks
 # them at run time, so one binary is fast on any x86-64; -march=native would
@@ -37,6 +38,9 @@ test_all: test_all.c run.c
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ test_all.c $(LDLIBS)
 
 test: run test_all
+	./test_all --quick
+
+check: run test_all
 	./test_all
 
 run_sanitize: run.c
@@ -82,7 +86,7 @@ bench: run
 clean:
 	rm -f run test_all run_sanitize test_all_sanitize run_arm64 test_all_arm64 run_arm64_qemu
 
-.PHONY: test test-sanitize test-arm64 demo bench clean
+.PHONY: test check test-sanitize test-arm64 demo bench clean
 
 # make fuzz                       build the libFuzzer targets (clang) and their seed corpus
 # make fuzz-run SECONDS=600       run each target for SECONDS, one after the other, niced
