@@ -4695,10 +4695,12 @@ static void batch_against_single_runs(const char *what, const char *const models
 /* Appends `count` words of the digits tokenizer, one token each (" 3" to
    " 9"), in a run that `start` picks; a prompt's first without its space,
    which the tokenizer's dummy prefix adds. */
+static int digit_word(int start, int i) { return 3 + (start + 3 * i + i / 7) % 7; }
+
 static void digit_words(char *out, size_t size, int count, int start) {
     for (int i = 0; i < count; i++) {
         size_t used = strlen(out);
-        snprintf(out + used, size - used, used ? " %d" : "%d", 3 + (start + 3 * i + i / 7) % 7);
+        snprintf(out + used, size - used, used ? " %d" : "%d", digit_word(start, i));
     }
 }
 
@@ -4745,7 +4747,7 @@ static void test_batch_sharing(const BatchSetup *b) {
         snprintf(p[0].prompt, sizeof p[0].prompt, "%s", x);
         digit_words(p[0].prompt, sizeof p[0].prompt, KV_BLOCK, 2); /* Y */
         strcat(p[0].prompt, " 3 3 3");
-        int kept = last ? KV_BLOCK - 1 : 1, y_next = 3 + (2 + 3 * kept + kept / 7) % 7; /* Y's word after them */
+        int kept = last ? KV_BLOCK - 1 : 1, y_next = digit_word(2, kept); /* Y's word after them */
         snprintf(p[1].prompt, sizeof p[1].prompt, "%s", x);
         digit_words(p[1].prompt, sizeof p[1].prompt, kept, 2);
         sprintf(p[1].prompt + strlen(p[1].prompt), " %d", y_next == 9 ? 3 : y_next + 1);
@@ -4767,20 +4769,6 @@ static void test_batch_invariance(const char *tokenizer) {
     static const char *const digits[] = {" 3", " 4", " 5", " 6", " 7", " 8", " 9", " 10", " 11", " 12", " 13", " 14", " 25", " 39"};
     const char *tiny[2] = {fp32, int8};
     batch_against_single_runs("tiny model", tiny, tokenizer, digits, 14, 0, 80, 12);
-    /* q4k weights (version 3): a model 256 wide, one layer and fewer prompts (the tests under qemu take minutes) */
-    if (!quick) {
-        TinyModel wide = {.dim = 256, .hidden = 512, .layers = 1, .heads = 4, .kv_heads = 2, .vocab = 40,
-                          .seq_len = 4 * KV_BLOCK, .shared = 1};
-        random_weights(&wide, 0.08f);
-        Buffer v3 = write_checkpoint(&wide, 3, 32, 0, 0);
-        wide.q6k_tensors = 1u << TOKEN_EMBEDDING | 1u << WV | 1u << W2; /* and q6k beside q4k */
-        Buffer v3_q6k = write_checkpoint(&wide, 3, 32, 0, 0);
-        char *q4k = write_temp(v3.data, v3.n), *q6k = write_temp(v3_q6k.data, v3_q6k.n);
-        const char *quantized_models[2] = {q4k, q6k};
-        batch_against_single_runs("q4k and q6k models", quantized_models, tokenizer, digits, 14, 0, 80, 8);
-        unlink(q4k), free(q4k), free(v3.data), unlink(q6k), free(q6k), free(v3_q6k.data);
-        free_tiny(&wide);
-    }
     /* from a code audit: a block taken for new rows must take the blocks after
        it out of the prefix table. A = X Y Z fills the pool's 3 blocks; B = X'
        takes A's first block, the longest free, for its own first; C = X' Y ...
@@ -4829,6 +4817,18 @@ static void test_batch_invariance(const char *tokenizer) {
                "set, q4k and q6k weights and stories260K\n");
         return;
     }
+    /* q4k weights (version 3): a model 256 wide, one layer and fewer prompts (the tests under qemu take minutes) */
+    TinyModel wide = {.dim = 256, .hidden = 512, .layers = 1, .heads = 4, .kv_heads = 2, .vocab = 40,
+                      .seq_len = 4 * KV_BLOCK, .shared = 1};
+    random_weights(&wide, 0.08f);
+    Buffer v3 = write_checkpoint(&wide, 3, 32, 0, 0);
+    wide.q6k_tensors = 1u << TOKEN_EMBEDDING | 1u << WV | 1u << W2; /* and q6k beside q4k */
+    Buffer v3_q6k = write_checkpoint(&wide, 3, 32, 0, 0);
+    char *q4k = write_temp(v3.data, v3.n), *q6k = write_temp(v3_q6k.data, v3_q6k.n);
+    const char *quantized_models[2] = {q4k, q6k};
+    batch_against_single_runs("q4k and q6k models", quantized_models, tokenizer, digits, 14, 0, 80, 8);
+    unlink(q4k), free(q4k), free(v3.data), unlink(q6k), free(q6k), free(v3_q6k.data);
+    free_tiny(&wide);
     if (!have_shared()) {
         skip("batch mode on stories260K: ../shared is missing");
         return;
