@@ -97,7 +97,7 @@ FUZZ_FLAGS = -std=gnu11 -g -O1 \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 SHARED ?= ../shared
 SECONDS ?= 600
-FUZZ_TARGETS = fuzz_checkpoint fuzz_tokenizer fuzz_encode fuzz_batch
+FUZZ_TARGETS = fuzz_checkpoint fuzz_tokenizer fuzz_encode fuzz_batch fuzz_serve
 
 fuzz: $(FUZZ_TARGETS) fuzz_corpus/.done
 
@@ -113,6 +113,9 @@ fuzz_encode: tools/fuzz.c run.c
 fuzz_batch: tools/fuzz.c run.c
 	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_BATCH -o $@ tools/fuzz.c $(LDLIBS)
 
+fuzz_serve: tools/fuzz.c run.c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_SERVE -o $@ tools/fuzz.c $(LDLIBS)
+
 # seed corpus: the shared models, tokenizers and tokenizer cases, plus small
 # generated checkpoints/tokenizers of every layout and damaged copies
 fuzz_corpus/.done: tools/seeds_for_fuzz.py tokenizer.bin
@@ -125,7 +128,7 @@ fuzz_corpus/.done: tools/seeds_for_fuzz.py tokenizer.bin
 # new inputs go to fuzz_out/<target>, crashes to fuzz_out/crashes/; stops at the first crash
 fuzz-run: fuzz
 	@mkdir -p fuzz_out/crashes
-	for t in checkpoint tokenizer encode batch; do \
+	for t in checkpoint tokenizer encode batch serve; do \
 		mkdir -p fuzz_out/$$t; \
 		nice -n 19 ./fuzz_$$t -max_total_time=$(SECONDS) -print_final_stats=1 \
 			-artifact_prefix=fuzz_out/crashes/$$t- fuzz_out/$$t fuzz_corpus/$$t || exit 1; \

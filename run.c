@@ -38,10 +38,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+/* the server's sockets */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #if defined(__x86_64__) && !defined(RUN_PLAIN)
 #include <immintrin.h>
@@ -1448,6 +1456,22 @@ static int utf8_char_len(const unsigned char *s, size_t n) {
     return len;
 }
 
+/* Where utf8_char_len() is 0: how many bytes one U+FFFD replaces, the
+   "maximal subpart" of Unicode's chapter 3 (as Python's and the WHATWG's
+   decoders count): a lead byte and the continuation bytes that could still
+   follow it, or one byte. */
+static int utf8_invalid_len(const unsigned char *s, size_t n) {
+    unsigned char c = s[0], lo = 0x80, hi = 0xBF;
+    int need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+    if (c == 0xE0) lo = 0xA0; /* the second byte's range, which rules out overlong forms, surrogates and > U+10FFFF */
+    if (c == 0xED) hi = 0x9F;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+    int len = 1;
+    while (len < need && (size_t)len < n && s[len] >= lo && s[len] <= hi) len++, lo = 0x80, hi = 0xBF;
+    return len;
+}
+
 /* The code point of the UTF-8 character at s, len bytes (utf8_char_len's). */
 static uint32_t code_point(const unsigned char *s, int len) {
     uint32_t cp = len == 1 ? s[0] : s[0] & (0x7F >> len);
@@ -1843,11 +1867,16 @@ static int *encode_prompt(const Tokenizer *t, const char *text, int *n) {
 /* The bytes of `token` as they should be printed after `prev`. SentencePiece:
    the piece right after BOS drops its leading space, and "<0xXX>" pieces are
    that raw byte. Byte-level BPE: the piece's raw bytes (a character split
-   across tokens comes out whole); a control token has none. */
+   across tokens comes out whole). A control token (BOS, EOS, a template's
+   markers) has no text, even when a model draws one mid-answer. */
 static const char *decode(const Tokenizer *t, int prev, int token, int *len) {
     const char *piece = piece_text(t, token);
     *len = piece_len(t, token);
     if (t->kind == BYTE_LEVEL_BPE) return piece;
+    if (token == BOS_ID || token == EOS_ID) {
+        *len = 0;
+        return "";
+    }
     if (prev == BOS_ID && piece[0] == ' ') {
         piece++;
         (*len)--;
@@ -1863,13 +1892,14 @@ static const char *decode(const Tokenizer *t, int prev, int token, int *len) {
 /* Prints a piece. SentencePiece: a lone byte only if printable or whitespace,
    or part of a multi-byte UTF-8 character (>= 0x80), never a stray control
    byte. Byte-level BPE: the bytes as they are. */
+static int piece_is_shown(const Tokenizer *t, const char *piece, int len) {
+    if (len != 1 || t->kind != SENTENCEPIECE) return 1;
+    unsigned char b = (unsigned char)piece[0];
+    return (b >= 0x20 && b < 0x7F) || b == ' ' || (b >= '\t' && b <= '\r') || b >= 0x80;
+}
+
 static void print_piece(const Tokenizer *t, FILE *out, const char *piece, int len) {
-    if (len == 1 && t->kind == SENTENCEPIECE) {
-        unsigned char b = (unsigned char)piece[0];
-        int printable = (b >= 0x20 && b < 0x7F) || b == ' ' || (b >= '\t' && b <= '\r') || b >= 0x80;
-        if (!printable) return;
-    }
-    fwrite(piece, 1, len, out);
+    if (piece_is_shown(t, piece, len)) fwrite(piece, 1, len, out);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -6628,7 +6658,7 @@ static float *forward_tokens(const Checkpoint *ck, Batch *b, const int *tokens, 
 /* PART III: GENERATE, CHAT, COMMAND LINE                                    */
 /* ========================================================================= */
 
-typedef enum { GENERATE, CHAT, TOKENIZE, PERPLEXITY, BATCH, N_MODES } Mode;
+typedef enum { GENERATE, CHAT, TOKENIZE, PERPLEXITY, BATCH, SERVE, N_MODES } Mode;
 
 /* What the command line asks for; the defaults are llama2.c's. */
 typedef struct {
@@ -6636,7 +6666,9 @@ typedef struct {
     Mode mode;
     float temperature, topp, minp, presence_penalty;
     long long topk, seed, steps, threads, lookup, max_draft, roll;
-    long long batch, pool; /* batch mode: sequences at once, KV pool positions (0: the default) */
+    long long batch, pool; /* batch mode and serve: sequences at once, KV pool positions (0: the default) */
+    const char *host, *api_key; /* serve: the address to listen on, the key requests need (or NULL) */
+    long long port, queue, body_limit; /* serve: the port, requests waiting at most, a body's most bytes */
     long long answer_tokens; /* chat: an answer's most tokens (0: the context) */
     int steps_given; /* perplexity's windows are the whole context unless -n says otherwise */
     int thinking;    /* -e: Qwen3 chat thinks (1, the default) or not (0) */
@@ -6757,6 +6789,39 @@ static void append_ids(TokenList *l, const int *ids, int n) {
     }
     memcpy(l->ids + l->n, ids, (size_t)n * sizeof(int));
     l->n += n;
+}
+
+/* A growing run of bytes: an answer's text, a connection's input and output. */
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Bytes;
+
+static void reserve_bytes(Bytes *b, size_t more) {
+    if (b->len + more <= b->cap) return;
+    if (more > SIZE_MAX / 4 - b->len) fail("out of memory (%zu bytes)", b->len);
+    b->cap = 2 * (b->len + more);
+    b->data = realloc(b->data, b->cap);
+    if (!b->data) fail("out of memory (%zu bytes)", b->cap);
+}
+
+static void append_bytes(Bytes *b, const void *data, size_t n) {
+    reserve_bytes(b, n + 1);
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    b->data[b->len] = '\0'; /* so the text can be read as a string */
+}
+
+__attribute__((format(printf, 2, 3))) static void append_format(Bytes *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    reserve_bytes(b, (size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += n;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -7131,27 +7196,36 @@ static TokenList chat_turn(const Tokenizer *tok, int turn, const char *system_pr
 /* An answer as Qwen3's template renders it among earlier turns, from the
    role on: "assistant\n", the answer's text after its last </think> (and the
    newlines after that), <|im_end|> and "\n". */
-static TokenList chatml_answer(const Tokenizer *tok, const int *answer, int n) {
+static TokenList chatml_answer_text(const Tokenizer *tok, const char *answer, size_t n) {
     static const char role[] = "assistant\n";
-    size_t len = strlen(role);
-    for (int i = 0; i < n; i++) len += piece_len(tok, answer[i]);
-    char *text = xmalloc(len + 1), *content = text + strlen(role), *from = content;
-    memcpy(text, role, strlen(role));
-    len = strlen(role);
-    for (int i = 0; i < n; i++) {
-        memcpy(text + len, piece_text(tok, answer[i]), piece_len(tok, answer[i]));
-        len += piece_len(tok, answer[i]);
-    }
-    for (char *p = content; p + 8 <= text + len; p++)
+    const char *from = answer;
+    for (const char *p = answer; p + 8 <= answer + n; p++)
         if (memcmp(p, "</think>", 8) == 0) from = p + 8;
-    if (from != content)
-        while (from < text + len && *from == '\n') from++;
-    memmove(content, from, text + len - from);
-    len -= from - content;
+    if (from != answer)
+        while (from < answer + n && *from == '\n') from++;
+    size_t len = strlen(role) + (size_t)(answer + n - from);
+    char *text = xmalloc(len + 1);
+    memcpy(text, role, strlen(role));
+    memcpy(text + strlen(role), from, answer + n - from);
     TokenList l = {0};
     append_text(&l, tok, text, len);
     append_ids(&l, &tok->turn_end_id, 1);
     append_text(&l, tok, "\n", 1);
+    free(text);
+    return l;
+}
+
+/* The same for an answer as token ids. */
+static TokenList chatml_answer(const Tokenizer *tok, const int *answer, int n) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++) len += piece_len(tok, answer[i]);
+    char *text = xmalloc(len + 1);
+    len = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(text + len, piece_text(tok, answer[i]), piece_len(tok, answer[i]));
+        len += piece_len(tok, answer[i]);
+    }
+    TokenList l = chatml_answer_text(tok, text, len);
     free(text);
     return l;
 }
@@ -7326,7 +7400,11 @@ static void perplexity(Model *m, const Tokenizer *tok, const char *text, const O
    prompts, so the weights are read once for all of them; a sequence that ends
    leaves at once and a waiting prompt takes its place. The kernels give a token
    the same bits whatever else is in the batch, so each answer is the text that
-   generate (or, with "system", chat) prints for its prompt alone. */
+   generate (or, with "system", chat) prints for its prompt alone.
+
+   In reading order: the JSON reader (which the server shares), the block pool
+   and its prefix table, the scheduler (which the server shares too), then
+   batch() itself. */
 
 /* One line of the batch file. Its strings point into the line's decoded text. */
 typedef struct {
@@ -7340,32 +7418,50 @@ typedef struct {
     float temperature, topp, minp, presence_penalty;
 } Request;
 
-/* A strict JSON reader for one line: RFC 8259's grammar, text in UTF-8. A
-   mistake ends the run with the file, line, column and field. */
+/* A strict JSON reader, RFC 8259's grammar with text in UTF-8, for batch
+   mode's lines and the server's request bodies. A mistake stops the reading:
+   json_error() writes the message and jumps back to json_read(), whose caller
+   reports it (batch mode ends the run; the server answers 400). */
 typedef struct {
-    const char *path, *text, *p, *end;
-    int line;
-    char *out; /* decoded strings, each NUL-terminated: never longer than the line */
-} JsonLine;
+    const char *text, *p, *end;
+    char *out;          /* decoded strings, each NUL-terminated: never longer than the text */
+    const char *field;  /* the field being read (the server's error names it) */
+    int depth;          /* arrays and objects open around p */
+    jmp_buf *on_error;
+    char error[512];
+    long error_at;      /* the byte the mistake is at, from 0 */
+} JsonReader;
 
-__attribute__((format(printf, 2, 3))) static void json_error(const JsonLine *r, const char *fmt, ...) {
-    char message[512];
+/* Nesting deeper than this is refused, so the reader's recursion is bounded. */
+#define JSON_MAX_DEPTH 32
+
+__attribute__((format(printf, 2, 3))) static void json_error(JsonReader *r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
+    vsnprintf(r->error, sizeof r->error, fmt, ap);
     va_end(ap);
-    fail("-f %s: line %d, column %d: %s", r->path, r->line, (int)(r->p - r->text) + 1, message);
+    r->error_at = r->p - r->text;
+    longjmp(*r->on_error, 1);
 }
 
-static void json_space(JsonLine *r) {
+/* Runs read(r, arg): 1, or 0 with r->error and r->error_at set. */
+static int json_read(JsonReader *r, void (*read)(JsonReader *r, void *arg), void *arg) {
+    jmp_buf jump;
+    r->on_error = &jump;
+    if (setjmp(jump)) return 0;
+    read(r, arg);
+    return 1;
+}
+
+static void json_space(JsonReader *r) {
     while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\r' || *r->p == '\n')) r->p++;
 }
 
 /* U+FEFF in UTF-8: RFC 8259 lets a reader skip it at the start of the text */
 #define UTF8_BOM "\xef\xbb\xbf"
 
-static const char *json_type_at(const JsonLine *r) {
-    if (r->p == r->end) return "the end of the line";
+static const char *json_type_at(const JsonReader *r) {
+    if (r->p == r->end) return "the end of the text";
     switch (*r->p) {
     case '"': return "a string";
     case '{': return "an object";
@@ -7380,7 +7476,7 @@ static const char *json_type_at(const JsonLine *r) {
 }
 
 /* The 4 hex digits of a \u escape after r->p. */
-static uint32_t json_hex4(JsonLine *r) {
+static uint32_t json_hex4(JsonReader *r) {
     char hex[5] = {0};
     for (int i = 0; i < 4; i++) {
         if (r->p + i == r->end || !isxdigit((unsigned char)r->p[i])) json_error(r, "\\u needs four hex digits");
@@ -7393,7 +7489,7 @@ static uint32_t json_hex4(JsonLine *r) {
 /* The string at r->p (its opening quote), decoded into r->out. Refused: a raw
    control character, bytes that are not UTF-8, an unknown escape, a surrogate
    without its pair, and \u0000 (prompts are C strings, as -i's are). */
-static const char *json_string(JsonLine *r, const char *field) {
+static const char *json_string(JsonReader *r, const char *field) {
     char *start = r->out;
     r->p++;
     for (;;) {
@@ -7436,7 +7532,7 @@ static const char *json_string(JsonLine *r, const char *field) {
 }
 
 /* The number at r->p, by JSON's grammar; integer: no fraction or exponent. */
-static double json_number(JsonLine *r, const char *field, int integer, long long *as_integer) {
+static double json_number(JsonReader *r, const char *field, int integer, long long *as_integer) {
     const char *start = r->p, *p = r->p;
     if (p < r->end && *p == '-') p++;
     if (p == r->end || !isdigit((unsigned char)*p)) json_error(r, "%s: expected a number, found %s", field, json_type_at(r));
@@ -7471,7 +7567,7 @@ static double json_number(JsonLine *r, const char *field, int integer, long long
     return v;
 }
 
-static long long json_integer(JsonLine *r, const char *field, long long lo, long long hi) {
+static long long json_integer(JsonReader *r, const char *field, long long lo, long long hi) {
     long long v;
     const char *start = r->p;
     json_number(r, field, 1, &v);
@@ -7479,117 +7575,228 @@ static long long json_integer(JsonLine *r, const char *field, long long lo, long
     return v;
 }
 
-static float json_float(JsonLine *r, const char *field, double lo, double hi) {
+static float json_float(JsonReader *r, const char *field, double lo, double hi) {
     const char *start = r->p;
     double v = json_number(r, field, 0, NULL);
     if (!(v >= lo && v <= hi) || isinf((float)v)) r->p = start, json_error(r, "%s: %g is out of range [%g, %g]", field, v, lo, hi);
     return (float)v;
 }
 
-/* Parses line `line` of the batch file (text[0..len), no newline) into *q, its
-   strings decoded into out (room for len + 1 bytes); returns 0 for a blank
-   line. The fields the line leaves out come from the command line's. */
-static int parse_request(const char *path, int line, const char *text, size_t len, char *out, Request *q,
-                         const Request *defaults) {
-    JsonLine r = {path, text, text, text + len, line, out};
-    json_space(&r);
-    if (r.p == r.end) return 0;
-    *q = *defaults;
-    q->line = line;
-    if (*r.p != '{') json_error(&r, "expected a JSON object ({...}), found %s", json_type_at(&r));
-    r.p++;
+/* Whether the text at r->p is `word` (true, false, null); if so, reads it. */
+static int json_word(JsonReader *r, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, word, n) != 0) return 0;
+    r->p += n;
+    return 1;
+}
+
+static int json_bool(JsonReader *r, const char *field) {
+    if (json_word(r, "true")) return 1;
+    if (json_word(r, "false")) return 0;
+    json_error(r, "%s: expected true or false, found %s", field, json_type_at(r));
+    return 0;
+}
+
+/* After a member or an element: ',' (not before the end) or the end; 0 at the end. */
+static int json_next(JsonReader *r, char close, const char *after) {
+    json_space(r);
+    if (r->p < r->end && *r->p == ',') {
+        r->p++;
+        json_space(r);
+        if (r->p < r->end && *r->p == close) json_error(r, "a ',' before '%c'", close);
+        return 1;
+    }
+    if (r->p == r->end) json_error(r, close == '}' ? "the object does not end ('}')" : "the array does not end (']')");
+    if (*r->p != close) json_error(r, "expected ',' or '%c' after %s", close, after);
+    r->p++;
+    r->depth--;
+    return 0;
+}
+
+/* Opens the object or array at r->p ('{' or '['): 1, or 0 if it is empty
+   (and read). */
+static int json_open(JsonReader *r, char open, const char *field) {
+    if (r->p == r->end || *r->p != open)
+        json_error(r, "%s: expected %s, found %s", field, open == '{' ? "an object" : "an array", json_type_at(r));
+    if (++r->depth > JSON_MAX_DEPTH) json_error(r, "%s: nested more than %d deep", field, JSON_MAX_DEPTH);
+    r->p++;
+    json_space(r);
+    if (r->p < r->end && *r->p == (open == '{' ? '}' : ']')) {
+        r->p++, r->depth--;
+        return 0;
+    }
+    return 1;
+}
+
+/* A field name as written, escapes and all, up to 40 characters, for an error
+   message (DEL and C1 controls as \u escapes). */
+static void quoted_name(const char *from, const char *to, char name[256]) {
+    size_t at = 0;
+    for (const char *c = from; c < to && at < 40 * 6;) {
+        int len = utf8_char_len((const unsigned char *)c, (size_t)(to - c));
+        uint32_t cp = len == 1 ? (unsigned char)c[0] : len == 2 ? ((c[0] & 0x1Fu) << 6 | (c[1] & 0x3Fu)) : 0x100;
+        if (len == 0) len = 1, cp = 0x80;
+        if (cp == 0x7F || (cp >= 0x80 && cp < 0xA0)) at += (size_t)snprintf(name + at, 7, "\\u%04x", (unsigned)cp);
+        else memcpy(name + at, c, len), at += len;
+        c += len;
+    }
+    name[at] = '\0';
+}
+
+/* The string whose opening quote is at `at`, as written (quoted_name()). */
+static void written_string(const char *at, char name[256]) {
+    const char *close = at + 1;
+    while (*close != '"') close += *close == '\\' ? 2 : 1;
+    quoted_name(at + 1, close, name);
+}
+
+/* The name of the member at r->p and its ':', decoded into r->out (which the
+   caller may take back once it has compared the name). */
+static char *json_key(JsonReader *r) {
+    if (r->p == r->end || *r->p != '"') json_error(r, "expected a field name in quotes, found %s", json_type_at(r));
+    const char *key_at = r->p;
+    char *key = (char *)json_string(r, "a field name");
+    json_space(r);
+    if (r->p == r->end || *r->p != ':') {
+        char name[256];
+        written_string(key_at, name);
+        json_error(r, "expected ':' after \"%s\"", name);
+    }
+    r->p++;
+    json_space(r);
+    return key;
+}
+
+/* Reads a value of any kind, keeping nothing (the server's fields that do not
+   change an answer). */
+static void json_skip(JsonReader *r, const char *field) {
+    char *out = r->out;
+    if (r->p < r->end && (*r->p == '{' || *r->p == '[')) {
+        char open = *r->p;
+        if (json_open(r, open, field))
+            do {
+                if (open == '{') json_key(r);
+                json_skip(r, field);
+            } while (json_next(r, open == '{' ? '}' : ']', field));
+    } else if (r->p < r->end && *r->p == '"') {
+        json_string(r, field);
+    } else if (!json_word(r, "true") && !json_word(r, "false") && !json_word(r, "null")) {
+        long long unused;
+        json_number(r, field, 0, &unused);
+    }
+    r->out = out;
+}
+
+typedef struct {
+    Request *q;
+    int blank;
+} RequestLine;
+
+/* A batch file's line: one object of the fields Request has. */
+static void read_request_line(JsonReader *r, void *arg) {
+    RequestLine *l = arg;
+    Request *q = l->q;
+    json_space(r);
+    if (r->p == r->end) {
+        l->blank = 1;
+        return;
+    }
+    if (*r->p != '{') json_error(r, "expected a JSON object ({...}), found %s", json_type_at(r));
     static const char *const fields[] = {"prompt", "id", "n", "temperature", "topp", "seed", "system",
                                          "topk", "minp", "presence_penalty"};
     enum { N_FIELDS = sizeof fields / sizeof *fields };
     int seen[N_FIELDS] = {0};
-    json_space(&r);
-    while (r.p < r.end && *r.p != '}') {
-        if (*r.p != '"') json_error(&r, "expected a field name in quotes, found %s", json_type_at(&r));
-        const char *key_at = r.p;
-        char *key = (char *)json_string(&r, "a field name");
-        int f = 0;
-        while (f < N_FIELDS && strcmp(key, fields[f]) != 0) f++;
-        if (f == N_FIELDS) { /* named as written, escapes and all, up to 40 characters; DEL and C1 controls as \u escapes */
-            char name[256];
-            size_t at = 0;
-            for (const char *c = key_at + 1; c < r.p - 1 && at < 40 * 6;) { /* 40 characters at most */
-                int len = utf8_char_len((const unsigned char *)c, (size_t)(r.p - 1 - c));
-                uint32_t cp = len == 1 ? (unsigned char)c[0] : len == 2 ? ((c[0] & 0x1Fu) << 6 | (c[1] & 0x3Fu)) : 0x100;
-                if (cp == 0x7F || (cp >= 0x80 && cp < 0xA0)) at += (size_t)snprintf(name + at, 7, "\\u%04x", (unsigned)cp);
-                else memcpy(name + at, c, len), at += len;
-                c += len;
+    char field[32] = "";
+    if (json_open(r, '{', "the line"))
+        do {
+            const char *key_at = r->p;
+            char *key = json_key(r);
+            int f = 0;
+            while (f < N_FIELDS && strcmp(key, fields[f]) != 0) f++;
+            if (f == N_FIELDS) {
+                char name[256];
+                written_string(key_at, name);
+                r->p = key_at, json_error(r, "unknown field \"%s\" (prompt, id, n, temperature, topp, seed, system, "
+                                              "topk, minp, presence_penalty)", name);
             }
-            name[at] = '\0';
-            r.p = key_at, json_error(&r, "unknown field \"%s\" (prompt, id, n, temperature, topp, seed, system, "
-                                            "topk, minp, presence_penalty)", name);
-        }
-        if (seen[f]++) r.p = key_at, json_error(&r, "\"%s\" appears twice", fields[f]);
-        r.out = key; /* the name is known: its room is free again */
-        json_space(&r);
-        if (r.p == r.end || *r.p != ':') json_error(&r, "expected ':' after \"%s\"", fields[f]);
-        r.p++;
-        json_space(&r);
-        char field[32];
-        snprintf(field, sizeof field, "\"%s\"", fields[f]);
-        int is_string = r.p < r.end && *r.p == '"';
-        switch (f) {
-        case 0: case 6:
-            if (!is_string) json_error(&r, "%s: expected a string, found %s", field, json_type_at(&r));
-            *(f == 0 ? &q->prompt : &q->system) = json_string(&r, field);
-            break;
-        case 1:
-            q->has_id = 1;
-            if (is_string) q->id = json_string(&r, field);
-            else if (r.p < r.end && (*r.p == '-' || isdigit((unsigned char)*r.p))) q->id = NULL, json_number(&r, field, 1, &q->id_number);
-            else json_error(&r, "%s: expected a string or an integer, found %s", field, json_type_at(&r));
-            break;
-        case 2: q->n = json_integer(&r, field, 0, INT32_MAX); break;
-        case 3: q->temperature = json_float(&r, field, 0, HUGE_VAL); break;
-        case 4: q->topp = json_float(&r, field, 0, 1); break;
-        case 5: q->seed = json_integer(&r, field, 0, LLONG_MAX); break;
-        case 7: q->topk = json_integer(&r, field, 0, INT32_MAX); break;
-        case 8: q->minp = json_float(&r, field, 0, 1); break;
-        case 9: q->presence_penalty = json_float(&r, field, -2, 2); break;
-        }
-        json_space(&r);
-        if (r.p < r.end && *r.p == ',') {
-            r.p++;
-            json_space(&r);
-            if (r.p < r.end && *r.p == '}') json_error(&r, "a ',' before '}'");
-        } else if (r.p == r.end) {
-            json_error(&r, "the object does not end ('}')");
-        } else if (*r.p != '}') {
-            json_error(&r, "expected ',' or '}' after %s", field);
-        }
-    }
-    if (r.p == r.end) json_error(&r, "the object does not end ('}')");
-    r.p++;
-    json_space(&r);
-    if (r.p != r.end) json_error(&r, "more after the object: one JSON object per line");
-    if (!seen[0]) r.p = text, json_error(&r, "no \"prompt\"");
-    return 1;
+            if (seen[f]++) r->p = key_at, json_error(r, "\"%s\" appears twice", fields[f]);
+            r->out = key; /* the name is known: its room is free again */
+            snprintf(field, sizeof field, "\"%s\"", fields[f]);
+            int is_string = r->p < r->end && *r->p == '"';
+            switch (f) {
+            case 0: case 6:
+                if (!is_string) json_error(r, "%s: expected a string, found %s", field, json_type_at(r));
+                *(f == 0 ? &q->prompt : &q->system) = json_string(r, field);
+                break;
+            case 1:
+                q->has_id = 1;
+                if (is_string) q->id = json_string(r, field);
+                else if (r->p < r->end && (*r->p == '-' || isdigit((unsigned char)*r->p))) q->id = NULL, json_number(r, field, 1, &q->id_number);
+                else json_error(r, "%s: expected a string or an integer, found %s", field, json_type_at(r));
+                break;
+            case 2: q->n = json_integer(r, field, 0, INT32_MAX); break;
+            case 3: q->temperature = json_float(r, field, 0, HUGE_VAL); break;
+            case 4: q->topp = json_float(r, field, 0, 1); break;
+            case 5: q->seed = json_integer(r, field, 0, LLONG_MAX); break;
+            case 7: q->topk = json_integer(r, field, 0, INT32_MAX); break;
+            case 8: q->minp = json_float(r, field, 0, 1); break;
+            case 9: q->presence_penalty = json_float(r, field, -2, 2); break;
+            }
+        } while (json_next(r, '}', field));
+    json_space(r);
+    if (r->p != r->end) json_error(r, "more after the object: one JSON object per line");
+    if (!seen[0]) r->p = r->text, json_error(r, "no \"prompt\"");
 }
 
-/* Writes s[0..n) as a JSON string: UTF-8 as it is, quotes, backslashes and
-   control characters escaped. A byte that is not part of valid UTF-8 (a
-   character cut by the end of an answer) becomes \udc80..\udcff, Python's
-   "surrogateescape": text.encode('utf-8', 'surrogateescape') gives the bytes. */
-static void json_write_string(FILE *out, const char *s, size_t n) {
-    fputc('"', out);
+/* Parses line `line` of the batch file (text[0..len), no newline) into *q, its
+   strings decoded into out (room for len + 1 bytes); returns 0 for a blank
+   line. The fields the line leaves out come from the command line's. A mistake
+   ends the run, naming the file, line, column and field. */
+static int parse_request(const char *path, int line, const char *text, size_t len, char *out, Request *q,
+                         const Request *defaults) {
+    *q = *defaults;
+    q->line = line;
+    RequestLine l = {q, 0};
+    JsonReader r = {.text = text, .p = text, .end = text + len, .out = out};
+    if (!json_read(&r, read_request_line, &l)) fail("-f %s: line %d, column %ld: %s", path, line, r.error_at + 1, r.error);
+    return !l.blank;
+}
+
+/* Appends s[0..n) as a JSON string: UTF-8 as it is, quotes, backslashes and
+   control characters escaped. Bytes that are not valid UTF-8 (a character cut
+   by the end of an answer): batch mode's results keep them, each as
+   \udc80..\udcff, Python's "surrogateescape" (text.encode('utf-8',
+   'surrogateescape') gives the bytes); the server's answers, for clients that
+   want text, have U+FFFD instead, as a UTF-8 decoder gives (utf8_invalid_len()). */
+static void append_json_text(Bytes *out, const char *s, size_t n, int replace_invalid) {
+    append_bytes(out, "\"", 1);
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         int len = utf8_char_len((const unsigned char *)s + i, n - i);
-        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
-        else if (c == '\n') fputs("\\n", out);
-        else if (c == '\t') fputs("\\t", out);
-        else if (c == '\r') fputs("\\r", out);
-        else if (c < 0x20) fprintf(out, "\\u%04x", c);
-        else if (len == 0) fprintf(out, "\\udc%02x", c);
-        else fwrite(s + i, 1, len, out);
+        if (c == '"' || c == '\\') append_format(out, "\\%c", c);
+        else if (c == '\n') append_bytes(out, "\\n", 2);
+        else if (c == '\t') append_bytes(out, "\\t", 2);
+        else if (c == '\r') append_bytes(out, "\\r", 2);
+        else if (c < 0x20) append_format(out, "\\u%04x", c);
+        else if (len == 0 && !replace_invalid) append_format(out, "\\udc%02x", c);
+        else if (len == 0) append_bytes(out, "\xef\xbf\xbd", 3), len = utf8_invalid_len((const unsigned char *)s + i, n - i);
+        else append_bytes(out, s + i, len);
         i += len ? len : 1;
     }
-    fputc('"', out);
+    append_bytes(out, "\"", 1);
 }
+
+/* Strings the server writes: names and messages (valid UTF-8), and answers. */
+static void append_json_string(Bytes *out, const char *s, size_t n) { append_json_text(out, s, n, 1); }
+
+static void json_write_string(FILE *out, const char *s, size_t n) {
+    Bytes b = {0};
+    append_json_text(&b, s, n, 0);
+    fwrite(b.data, 1, b.len, out);
+    free(b.data);
+}
+
+/* ---- The KV block pool and the scheduler, batch mode's and the server's ---- */
 
 /* The blocks of batch mode's KV cache (the run state's caches, a pool of
    them): each used by refs sequences, or free, or free but cached, still
@@ -7660,9 +7867,10 @@ static int find_block(const BlockPool *p, int parent, const int *tokens) {
     return -1;
 }
 
-/* One prompt and its answer, from the file's line to the result's. */
+/* One prompt and its answer, from the request (a batch file's line, or an
+   HTTP request) to the result. */
 typedef struct {
-    const Request *request;
+    void *owner;          /* batch mode's Request, or the server's ApiRequest */
     TokenList tokens;     /* the prompt, then the answer; the last one drawn is not yet run */
     int n_prompt;
     int computed;         /* tokens[0..computed) have their keys and values in the cache */
@@ -7673,9 +7881,10 @@ typedef struct {
     int max_new, generated;
     const int *stop_ids;
     int n_stop;
-    char *text;           /* the answer's bytes, as generate prints them */
-    size_t text_len;
-    FILE *text_out;
+    char **stop_texts;    /* the answer ends before the first of these strings (the server's "stop") */
+    int n_stop_texts;
+    Bytes text;           /* the answer's bytes, as generate prints them */
+    const char *finish_reason; /* "stop" or "length" once it has ended, "cancelled" if its client left */
     int paused;           /* it has been paused (what it takes back from the prefix table is its own) */
     int planned;          /* tokens in this step */
 } Sequence;
@@ -7722,14 +7931,14 @@ static int match_prefix(BlockPool *p, Sequence *seq, int limit, int take, int *i
     return n;
 }
 
-/* The scheduler's state: every sequence, those running in order of admission,
-   and the waiting ones in the order they go in (a paused one first). */
+/* The scheduler's state: the sequences running, in order of admission, the
+   waiting ones in the order they go in (a paused one first), and those the
+   last step ended, for the mode to answer. */
 typedef struct {
     BlockPool pool;
-    Sequence *seqs;
     int max_running;
-    Sequence **running, **waiting;
-    int n_running, n_waiting;
+    Sequence **running, **waiting, **ended;
+    int n_running, n_waiting, n_ended;
     int done;
     long paused, shared_tokens, generated;
 } Scheduler;
@@ -7822,52 +8031,61 @@ static int plan_step(Scheduler *sc) {
     }
 }
 
-/* Writes seq's result line and lets its slot and blocks go. */
-static void finish_sequence(Scheduler *sc, Sequence *seq, const char *reason, const char *error) {
-    if (seq->text_out) fclose(seq->text_out), seq->text_out = NULL;
-    const Request *q = seq->request;
-    printf("{\"id\":");
-    if (q->has_id && q->id) json_write_string(stdout, q->id, strlen(q->id));
-    else printf("%lld", q->has_id ? q->id_number : (long long)q->line);
-    printf(",\"text\":");
-    json_write_string(stdout, seq->text ? seq->text : "", seq->text ? seq->text_len : 0);
-    printf(",\"prompt_tokens\":%d,\"completion_tokens\":%d,\"finish_reason\":\"%s\"", seq->n_prompt, seq->generated, reason);
-    if (error) {
-        printf(",\"error\":");
-        json_write_string(stdout, error, strlen(error));
+/* seq's answer is over (reason: "stop", "length" or "cancelled"): it leaves
+   the running or waiting ones and lets its blocks go, and the mode answers it. */
+static void end_sequence(Scheduler *sc, Sequence *seq, const char *reason) {
+    for (int list = 0; list < 2; list++) { /* it is running, or (cancelled) waiting */
+        Sequence **seqs = list ? sc->waiting : sc->running;
+        int *n = list ? &sc->n_waiting : &sc->n_running;
+        for (int i = 0; i < *n; i++)
+            if (seqs[i] == seq) {
+                memmove(seqs + i, seqs + i + 1, (*n - i - 1) * sizeof *seqs);
+                (*n)--;
+                break;
+            }
     }
-    printf("}\n");
-    if (fflush(stdout) != 0 || ferror(stdout)) fail("stdout: %s (the results cannot be written)", strerror(errno));
-    for (int i = 0; i < sc->n_running; i++)
-        if (sc->running[i] == seq) {
-            memmove(sc->running + i, sc->running + i + 1, (sc->n_running - i - 1) * sizeof *sc->running);
-            sc->n_running--;
-            break;
-        }
     release_sequence(&sc->pool, seq);
     free_answer(&seq->sampler);
+    seq->finish_reason = reason;
+    sc->ended[sc->n_ended++] = seq;
     sc->done++;
-    free(seq->text), seq->text = NULL;
-    free(seq->tokens.ids), seq->tokens.ids = NULL;
-    free(seq->blocks), seq->blocks = NULL;
 }
 
-/* The token drawn after seq's last: the end of the answer (a stop id, or its
-   max_new-th token), or the next token to run, as print_answer() decides. */
+/* Where the first of the stop strings begins in text[0..len), looking only at
+   those that end after byte `from`; len if none. */
+static size_t find_stop_text(char *const *stops, int n_stops, const char *text, size_t len, size_t from) {
+    size_t first = len;
+    for (int k = 0; k < n_stops; k++) {
+        size_t n = strlen(stops[k]);
+        for (size_t at = from >= n ? from - n + 1 : 0; at + n <= len && at < first; at++)
+            if (memcmp(text + at, stops[k], n) == 0) first = at;
+    }
+    return first;
+}
+
+/* The token drawn after seq's last: the end of the answer (a stop id, a stop
+   string, or its max_new-th token), or the next token to run, as
+   print_answer() decides. */
 static void take_token(Scheduler *sc, Sequence *seq, const Tokenizer *tok, int next) {
     for (int k = 0; k < seq->n_stop; k++)
         if (next == seq->stop_ids[k]) {
-            finish_sequence(sc, seq, "stop", NULL);
+            end_sequence(sc, seq, "stop");
             return;
         }
     int len;
     const char *piece = decode(tok, seq->tokens.ids[seq->tokens.n - 1], next, &len);
-    if (!seq->text_out && !(seq->text_out = open_memstream(&seq->text, &seq->text_len))) fail("out of memory");
-    print_piece(tok, seq->text_out, piece, len);
-    fflush(seq->text_out);
+    size_t before = seq->text.len;
+    if (piece_is_shown(tok, piece, len)) append_bytes(&seq->text, piece, len);
     seq->generated++, sc->generated++;
-    if (seq->generated == seq->max_new) finish_sequence(sc, seq, "length", NULL);
-    else append_ids(&seq->tokens, &next, 1);
+    size_t stop_at = find_stop_text(seq->stop_texts, seq->n_stop_texts, seq->text.data, seq->text.len, before);
+    if (stop_at < seq->text.len) {
+        seq->text.len = stop_at;
+        end_sequence(sc, seq, "stop");
+    } else if (seq->generated == seq->max_new) {
+        end_sequence(sc, seq, "length");
+    } else {
+        append_ids(&seq->tokens, &next, 1);
+    }
 }
 
 /* Runs one planned step: each sequence's tokens as a segment of one batch; the
@@ -7876,6 +8094,7 @@ static void run_step(Scheduler *sc, Model *m, const Tokenizer *tok, int T, float
     int tokens[MAX_BATCH], classify[MAX_BATCH], n_segments = 0, n_classify = 0, first = 0;
     Segment segments[MAX_BATCH];
     Sequence *classified[MAX_BATCH];
+    sc->n_ended = 0;
     for (int i = 0; i < sc->n_running; i++) {
         Sequence *seq = sc->running[i];
         if (!seq->planned) continue;
@@ -7910,6 +8129,32 @@ static void report_progress(int done, int total, long generated, double seconds,
         last_quarter = 4 * done / total;
         fprintf(stderr, "batch: %d/%d done, %.1f tok/s\n", done, total, rate);
     }
+}
+
+/* ---- Batch mode's file in, results out ---- */
+
+/* A batch result line: the request's id, the answer, its counts, and why it ended. */
+static void write_result(const Sequence *seq, const char *error) {
+    const Request *q = seq->owner;
+    printf("{\"id\":");
+    if (q->has_id && q->id) json_write_string(stdout, q->id, strlen(q->id));
+    else printf("%lld", q->has_id ? q->id_number : (long long)q->line);
+    printf(",\"text\":");
+    json_write_string(stdout, seq->text.data ? seq->text.data : "", seq->text.len);
+    printf(",\"prompt_tokens\":%d,\"completion_tokens\":%d,\"finish_reason\":\"%s\"", seq->n_prompt, seq->generated,
+           error ? "error" : seq->finish_reason);
+    if (error) {
+        printf(",\"error\":");
+        json_write_string(stdout, error, strlen(error));
+    }
+    printf("}\n");
+    if (fflush(stdout) != 0 || ferror(stdout)) fail("stdout: %s (the results cannot be written)", strerror(errno));
+}
+
+static void free_sequence(Sequence *seq) {
+    free(seq->text.data), seq->text = (Bytes){0};
+    free(seq->tokens.ids), seq->tokens = (TokenList){0};
+    free(seq->blocks), seq->blocks = NULL;
 }
 
 /* -m batch: the requests of the file, each answered as generate (or chat, with
@@ -7948,14 +8193,15 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
     /* the sequences: their tokens, limits and samplers; a prompt longer than the context gets its error now */
     static const int sentencepiece_end = EOS_ID;
     Scheduler sc = {.max_running = (int)o->batch};
-    sc.seqs = xcalloc(n_requests ? n_requests : 1, sizeof(Sequence));
+    Sequence *seqs = xcalloc(n_requests ? n_requests : 1, sizeof(Sequence));
     sc.running = xmalloc((sc.max_running + 1) * sizeof(Sequence *));
+    sc.ended = xmalloc((sc.max_running + 1) * sizeof(Sequence *));
     sc.waiting = xmalloc((n_requests ? n_requests : 1) * sizeof(Sequence *));
     int longest = 0;
     for (int i = 0; i < n_requests; i++) {
-        Sequence *seq = &sc.seqs[i];
+        Sequence *seq = &seqs[i];
         const Request *q = &requests[i];
-        seq->request = q;
+        seq->owner = &requests[i];
         if (q->system) {
             seq->tokens = chat_turn(tok, 0, q->system, q->prompt, o->thinking, NULL);
             seq->stop_ids = tok->kind == SENTENCEPIECE ? &sentencepiece_end : tok->stop_ids; /* as chat() */
@@ -7983,11 +8229,13 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
         fail("-x %lld: the KV pool must hold the longest request's %d positions", o->pool, longest_blocks * KV_BLOCK);
     if (pool_blocks > INT32_MAX / KV_BLOCK) fail("-x %lld: more positions than the pool can have", o->pool);
     for (int i = 0; i < n_requests; i++) /* a prompt that cannot run: its error result now */
-        if (sc.seqs[i].n_prompt > c->seq_len) {
+        if (seqs[i].n_prompt > c->seq_len) {
             char message[160];
             snprintf(message, sizeof message, "line %d: \"prompt\": %d tokens, more than the model's context (%d)",
-                     requests[i].line, sc.seqs[i].n_prompt, c->seq_len);
-            finish_sequence(&sc, &sc.seqs[i], "error", message);
+                     requests[i].line, seqs[i].n_prompt, c->seq_len);
+            write_result(&seqs[i], message);
+            free_sequence(&seqs[i]);
+            sc.done++;
         }
     double start = seconds_now();
     if (sc.n_waiting > 0) {
@@ -7997,7 +8245,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
         ProbIndex *probindex = xmalloc(c->vocab_size * sizeof(ProbIndex));
         for (int i = 0; i < sc.n_waiting; i++) {
             Sequence *seq = sc.waiting[i];
-            const Request *q = seq->request;
+            const Request *q = seq->owner;
             seq->sampler = (Sampler){.vocab_size = c->vocab_size, .temperature = q->temperature, .topp = q->topp,
                                      .topk = (int)q->topk, .minp = q->minp, .presence_penalty = q->presence_penalty,
                                      .rng_state = q->seed > 0 ? (uint64_t)q->seed : (uint64_t)time(NULL),
@@ -8010,6 +8258,10 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
         start = seconds_now(); /* from the first step, as generate's figures: the model's weights are ready */
         for (int T; (T = plan_step(&sc)) > 0;) {
             run_step(&sc, m, tok, T, logits);
+            for (int i = 0; i < sc.n_ended; i++) {
+                write_result(sc.ended[i], NULL);
+                free_sequence(sc.ended[i]);
+            }
             report_progress(sc.done, n_requests, sc.generated, seconds_now() - start, 0);
         }
         if (sc.n_waiting > 0) fail("batch: %d prompts could not start (a fault of the scheduler)", sc.n_waiting);
@@ -8021,13 +8273,1316 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
     double seconds = seconds_now() - start;
     if (n_requests > 0) report_progress(sc.done, n_requests, sc.generated, seconds, 1);
     long prompt_tokens = 0;
-    for (int i = 0; i < n_requests; i++) prompt_tokens += sc.seqs[i].n_prompt;
+    for (int i = 0; i < n_requests; i++) prompt_tokens += seqs[i].n_prompt;
     fprintf(stderr, "batch: %d prompts, %ld prompt tokens (%ld from shared blocks), %ld generated in %.2f s, "
             "%.1f tok/s; -b %d, KV pool %lld positions, paused %ld times\n", n_requests, prompt_tokens,
             sc.shared_tokens, sc.generated, seconds, seconds > 0 ? sc.generated / seconds : 0.0, sc.max_running,
             (long long)sc.pool.n_blocks * KV_BLOCK, sc.paused);
     for (int i = 0; i < n_requests; i++) free(decoded[i]);
-    free(decoded), free(requests), free(sc.seqs), free(sc.running), free(sc.waiting);
+    free(decoded), free(requests), free(seqs), free(sc.running), free(sc.waiting), free(sc.ended);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Serve: OpenAI's API over HTTP, on batch mode's scheduler                   */
+
+/* -m serve answers HTTP requests (POST /v1/chat/completions and
+   /v1/completions, as OpenAI's clients send them) with the scheduler batch
+   mode runs: every step is one batched forward over the next token of each
+   running request and a bounded chunk of the prompts being read, and requests
+   join and leave between steps. Two threads: the I/O thread accepts, reads
+   and parses requests and writes answers, all through poll(), never waiting
+   on a socket; the main thread runs the scheduler and the model (whose thread
+   pool computes). They meet in a Server, under one lock: requests go in
+   through its inbox, answers' bytes come back in each request's reply.
+
+   A request's answer is the text `./run` prints for it alone (generate for a
+   prompt, chat for messages), byte for byte, whatever else runs: the kernels
+   give a token the same bits in any batch, and a cached prefix holds the same
+   rows as a computed one.
+
+   A request's way, and this section's order: io_thread() accepts the
+   connection; serve_connection() reads its bytes; handle_request() parses the
+   head (parse_http_head()) and routes it; start_api_request() reads the body
+   (read_api_request()), renders the prompt's tokens (render_messages()) and
+   queues it; serve()'s loop runs it in the scheduler's steps and publish()es
+   its text; serve_connection() writes it out. */
+
+#define SERVE_MAX_HEAD 16384      /* bytes of request line and headers: 431 past it */
+#define SERVE_MAX_CONNECTIONS 512 /* open at once; one more replaces an idle one, or gets a 503 */
+#define SERVE_READ_SECONDS 10     /* a request must arrive whole this long after its first byte */
+#define SERVE_IDLE_SECONDS 30     /* a kept-alive connection may wait this long for its next request */
+#define SERVE_WRITE_SECONDS 60    /* a client that reads nothing for this long is dropped */
+#define SERVE_MAX_REPLY (16 << 20) /* bytes waiting for a slow reader before it is dropped */
+#define MAX_STOP_TEXTS 4          /* OpenAI's limit on "stop" */
+#define MAX_STOP_BYTES 256        /* each stop string's: every token is compared with them */
+#define SERVE_LINGER_SECONDS 2    /* after an error that closes a connection, what the client still sends is read this long */
+
+/* One message of a chat request. */
+typedef struct {
+    const char *role, *content;
+} ChatMessage;
+
+/* One API request, from its body to its last byte: what was asked, the
+   sequence the scheduler runs, and the bytes going back. The I/O thread makes
+   it; the scheduler owns it from the inbox until it sets `finished`. */
+typedef struct {
+    int chat;                    /* /v1/chat/completions; else /v1/completions */
+    int stream, include_usage;
+    int chunked;                 /* the stream's body is chunked (HTTP/1.1) */
+    int keep_alive;              /* the connection stays open after the answer */
+    int thinking;                /* Qwen3's enable_thinking */
+    int split_thinking;          /* the answer's <think>...</think> goes to reasoning_content */
+    const char *prompt;          /* completions */
+    const char *system;          /* chat: the system prompt when the messages have none (-y) */
+    ChatMessage *messages;       /* chat */
+    int n_messages;
+    long long max_tokens, seed, top_k; /* max_tokens 0: up to the context */
+    float temperature, top_p, min_p, presence_penalty;
+    char *stop[MAX_STOP_TEXTS];
+    int n_stop;
+    char *strings;               /* the body's strings, decoded */
+    char id[48];
+    long long created;
+    Sequence seq;
+    size_t sent[2];              /* streaming: bytes of the reasoning and of the content sent */
+    /* under the server's lock */
+    Bytes reply;                 /* bytes for the client that the I/O thread has not taken */
+    int finished;                /* the scheduler is done with it: reply is complete */
+    int cancelled;               /* the client has gone */
+    int refs;                    /* the I/O thread's and the scheduler's: freed at 0 */
+} ApiRequest;
+
+/* What /metrics reports. */
+typedef struct {
+    long stopped, cut, cancelled, errors, rejected; /* requests by outcome: "stop", "length", ... */
+    long prompt_tokens, generated_tokens, prefix_hit_tokens;
+    int running, waiting, blocks_used, blocks_free;
+} ServerMetrics;
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t work;     /* the scheduler waits on it when it has nothing to run */
+    ApiRequest **inbox;
+    int n_inbox;
+    int in_flight;           /* queued or running: the scheduler has not finished them */
+    int max_in_flight;       /* -b + -q: past it, 503 */
+    int stopping;            /* 1: draining (a signal); 2: cancelling (a second one) */
+    int wake[2];             /* a pipe: a byte in it wakes the I/O thread's poll() */
+    ServerMetrics metrics;
+    /* fixed at start */
+    const Tokenizer *tok;
+    int seq_len, vocab_size, longest_piece;
+    const char *model_name, *api_key;
+    long long body_limit;
+    Request defaults;        /* the command line's sampling settings, -n and -y */
+    int thinking;            /* -e: enable_thinking unless a request says */
+    int thinking_tokens;     /* the tokenizer has Qwen3's <think> and </think> */
+} Server;
+
+static void wake_io(Server *sv) {
+    char byte = 1;
+    ssize_t ignored = write(sv->wake[1], &byte, 1); /* a full pipe already wakes it */
+    (void)ignored;
+}
+
+/* Drops one reference to q (under the lock); the last one frees it. */
+static void release_request(ApiRequest *q) {
+    if (--q->refs > 0) return;
+    free(q->reply.data), free(q->messages), free(q->strings);
+    free_sequence(&q->seq);
+    free(q);
+}
+
+/* ---- An HTTP request's head ---- */
+
+typedef struct {
+    char method[8];
+    char path[64];               /* without its query; "" if longer */
+    long long content_length;    /* -1: none given */
+    int keep_alive, expect_continue, http10;
+    char authorization[256];     /* "" if none (or longer) */
+    size_t head_len;             /* bytes of request line and headers, the blank line included */
+} HttpHead;
+
+static int same_word(const char *a, size_t n, const char *word) {
+    return strlen(word) == n && strncasecmp(a, word, n) == 0;
+}
+
+/* Parses the head at buf[0..len) (RFC 9112). Returns 0 while it is not whole,
+   the status of a mistake (400, 431, 501, 505) with *why, or 200. */
+static int parse_http_head(const char *buf, size_t len, HttpHead *h, const char **why) {
+    *h = (HttpHead){.content_length = -1};
+    const char *end = NULL;
+    for (size_t i = 0; i + 3 < len && i + 3 < SERVE_MAX_HEAD; i++)
+        if (memcmp(buf + i, "\r\n\r\n", 4) == 0) {
+            end = buf + i + 2; /* the blank line's start */
+            break;
+        }
+    if (!end) {
+        for (size_t i = 0; i + 1 < len && i + 1 < SERVE_MAX_HEAD; i++)
+            if (buf[i] == '\n' && buf[i + 1] == '\n') { /* never whole: say so now, not at the timeout */
+                *why = "the head's lines must end with CR LF";
+                return 400;
+            }
+        *why = "the request's head is over 16 KB";
+        return len >= SERVE_MAX_HEAD ? 431 : 0;
+    }
+    h->head_len = (size_t)(end - buf) + 2;
+    /* the request line: METHOD SP TARGET SP HTTP/1.x */
+    const char *p = buf, *line_end = memchr(buf, '\r', end - buf);
+    size_t m = 0;
+    *why = "malformed request line";
+    if (line_end[1] != '\n') return 400;
+    while (p + m < line_end && isupper((unsigned char)p[m]) && m < sizeof h->method - 1) m++;
+    *why = "malformed request line";
+    if (m == 0 || p[m] != ' ') return 400;
+    memcpy(h->method, p, m);
+    p += m + 1;
+    const char *target = p;
+    while (p < line_end && *p > ' ' && *p < 0x7F) p++;
+    if (p == target || *target != '/' || p == line_end || *p != ' ') return 400;
+    size_t path_len = 0;
+    while (target + path_len < p && target[path_len] != '?') path_len++;
+    if (path_len < sizeof h->path) memcpy(h->path, target, path_len);
+    p++;
+    if (line_end - p != 8 || memcmp(p, "HTTP/", 5) != 0 || !isdigit((unsigned char)p[5]) || p[6] != '.' ||
+        !isdigit((unsigned char)p[7]))
+        return 400;
+    *why = "only HTTP/1.0 and HTTP/1.1 are spoken here";
+    if (p[5] != '1' || (p[7] != '0' && p[7] != '1')) return 505;
+    h->keep_alive = p[7] == '1';
+    h->http10 = p[7] == '0';
+    /* the header fields: name ":" OWS value OWS CRLF */
+    for (p = line_end + 2; p < end;) {
+        line_end = memchr(p, '\r', end - p + 2);
+        *why = "malformed header field";
+        if (!line_end || line_end[1] != '\n') return 400;
+        const char *colon = p;
+        while (colon < line_end && *colon != ':' && (isalnum((unsigned char)*colon) || strchr("!#$%&'*+-.^_`|~", *colon)))
+            colon++;
+        if (colon == p || colon == line_end || *colon != ':') return 400;
+        const char *value = colon + 1, *value_end = line_end;
+        while (value < value_end && (*value == ' ' || *value == '\t')) value++;
+        while (value_end > value && (value_end[-1] == ' ' || value_end[-1] == '\t')) value_end--;
+        for (const char *c = value; c < value_end; c++)
+            if ((unsigned char)*c < 0x20 && *c != '\t') return 400;
+        size_t name_len = (size_t)(colon - p), value_len = (size_t)(value_end - value);
+        if (same_word(p, name_len, "content-length")) {
+            long long n = 0;
+            *why = "bad Content-Length";
+            if (value_len == 0 || value_len > 15) return 400;
+            for (const char *c = value; c < value_end; c++) {
+                if (!isdigit((unsigned char)*c)) return 400;
+                n = n * 10 + (*c - '0');
+            }
+            if (h->content_length >= 0 && h->content_length != n) return 400;
+            h->content_length = n;
+        } else if (same_word(p, name_len, "transfer-encoding")) {
+            *why = "Transfer-Encoding in a request is not supported: send Content-Length";
+            return 501;
+        } else if (same_word(p, name_len, "connection")) {
+            for (const char *c = value; c < value_end;) { /* a list of options */
+                const char *e = c;
+                while (e < value_end && *e != ',') e++;
+                const char *a = c, *b = e;
+                while (a < b && (*a == ' ' || *a == '\t')) a++;
+                while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+                if (same_word(a, b - a, "close")) h->keep_alive = 0;
+                if (same_word(a, b - a, "keep-alive")) h->keep_alive = 1;
+                c = e < value_end ? e + 1 : e;
+            }
+        } else if (same_word(p, name_len, "expect")) {
+            h->expect_continue = same_word(value, value_len, "100-continue");
+        } else if (same_word(p, name_len, "authorization") && value_len < sizeof h->authorization) {
+            memcpy(h->authorization, value, value_len);
+            h->authorization[value_len] = '\0';
+        }
+        p = line_end + 2;
+    }
+    return 200;
+}
+
+/* Whether the Authorization header is "Bearer <key>", in time that does not
+   depend on where they first differ. */
+static int authorized(const char *key, const char *authorization) {
+    if (!key) return 1;
+    if (strncmp(authorization, "Bearer ", 7) != 0) return 0;
+    const char *given = authorization + 7;
+    size_t n = strlen(key), given_len = strlen(given);
+    unsigned char diff = n != given_len;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(key[i] ^ (given_len ? given[i % given_len] : 0));
+    return diff == 0;
+}
+
+/* ---- An API request's body ---- */
+
+/* Whether the value at r->p is one that leaves the answer as it is for a
+   field this server does not implement: null, or the field's neutral value
+   ("0", "1", "false", "{}", "[]", "\"\"", "\"none\""). Reads the value. */
+static int json_neutral(JsonReader *r, const char *field, const char *neutral) {
+    if (json_word(r, "null")) return 1;
+    if (r->p == r->end) return 0;
+    if (*neutral == '{' || *neutral == '[') return *r->p == *neutral && !json_open(r, *neutral, field);
+    if (*neutral == '"') {
+        if (*r->p != '"') return 0;
+        char *text = (char *)json_string(r, field);
+        r->out = text;
+        return strlen(text) + 2 == strlen(neutral) && strncmp(text, neutral + 1, strlen(text)) == 0;
+    }
+    if (isdigit((unsigned char)*neutral))
+        return (*r->p == '-' || isdigit((unsigned char)*r->p)) && json_number(r, field, 0, NULL) == atof(neutral);
+    return json_word(r, neutral);
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text": ...}
+   parts, which are joined. */
+static const char *read_content(JsonReader *r, const char *field) {
+    if (r->p < r->end && *r->p == '"') return json_string(r, field);
+    char *start = r->out;
+    size_t joined = 0; /* the parts' bytes so far, from start; names and types are decoded after them, and dropped */
+    if (r->p == r->end || *r->p != '[') json_error(r, "%s: expected a string or an array of text parts, found %s", field, json_type_at(r));
+    if (json_open(r, '[', field))
+        do {
+            int is_text = 0;
+            if (json_open(r, '{', field))
+                do {
+                    const char *key_at = r->p;
+                    r->out = start + joined;
+                    char *key = json_key(r);
+                    r->out = start + joined;
+                    if (strcmp(key, "type") == 0) {
+                        if (r->p == r->end || *r->p != '"') json_error(r, "%s: \"type\": expected a string", field);
+                        is_text = strcmp(json_string(r, field), "text") == 0;
+                        if (!is_text) json_error(r, "%s: only text parts are supported", field);
+                    } else if (strcmp(key, "text") == 0) {
+                        if (r->p == r->end || *r->p != '"') json_error(r, "%s: \"text\": expected a string", field);
+                        joined += strlen(json_string(r, field));
+                    } else {
+                        char name[256];
+                        written_string(key_at, name);
+                        r->p = key_at, json_error(r, "%s: a part's field \"%s\" is not supported", field, name);
+                    }
+                } while (json_next(r, '}', field));
+            if (!is_text) json_error(r, "%s: a part without \"type\": \"text\"", field);
+        } while (json_next(r, ']', field));
+    start[joined] = '\0';
+    r->out = start + joined + 1;
+    return start;
+}
+
+static void read_messages(JsonReader *r, ApiRequest *q) {
+    r->field = "messages";
+    int cap = 0;
+    if (json_open(r, '[', "\"messages\""))
+        do {
+            if (q->n_messages == cap) {
+                cap = cap ? 2 * cap : 8;
+                ChatMessage *grown = realloc(q->messages, cap * sizeof *grown);
+                if (!grown) json_error(r, "\"messages\": out of memory");
+                q->messages = grown;
+            }
+            ChatMessage *msg = &q->messages[q->n_messages++];
+            *msg = (ChatMessage){0};
+            int has_content = 0, has_name = 0;
+            if (json_open(r, '{', "\"messages\": each message"))
+                do {
+                    const char *key_at = r->p;
+                    char *key = json_key(r), name[256];
+                    int twice = strcmp(key, "role") == 0 ? msg->role != NULL : strcmp(key, "content") == 0 ? has_content
+                                                                             : strcmp(key, "name") == 0 && has_name++;
+                    if (twice) written_string(key_at, name), r->p = key_at, json_error(r, "\"messages\": \"%s\" appears twice in a message", name);
+                    if (strcmp(key, "role") == 0) {
+                        r->out = key;
+                        if (r->p == r->end || *r->p != '"') json_error(r, "\"role\": expected a string, found %s", json_type_at(r));
+                        const char *role_at = r->p;
+                        msg->role = json_string(r, "\"role\"");
+                        if (strcmp(msg->role, "developer") == 0) msg->role = "system"; /* OpenAI's newer name */
+                        if (strcmp(msg->role, "system") && strcmp(msg->role, "user") && strcmp(msg->role, "assistant")) {
+                            written_string(role_at, name);
+                            r->p = role_at, json_error(r, "\"role\": \"%s\" is not system, user or assistant", name);
+                        }
+                    } else if (strcmp(key, "content") == 0) {
+                        r->out = key;
+                        msg->content = read_content(r, "\"content\"");
+                        has_content = 1;
+                    } else if (strcmp(key, "name") == 0) {
+                        r->out = key;
+                        json_skip(r, "\"name\"");
+                    } else {
+                        written_string(key_at, name);
+                        r->p = key_at, json_error(r, "\"messages\": the field \"%s\" is not supported", name);
+                    }
+                } while (json_next(r, '}', "a message's field"));
+            if (!msg->role || !has_content) json_error(r, "\"messages\": each message needs \"role\" and \"content\"");
+        } while (json_next(r, ']', "a message"));
+    if (q->n_messages == 0) json_error(r, "\"messages\": no message");
+}
+
+/* The body of a completions or chat request, into q (whose sampling settings
+   are the command line's). Fields that would change the answer and are not
+   implemented are refused, naming them; those that would not are ignored. */
+static void read_api_request(JsonReader *r, void *arg) {
+    ApiRequest *q = arg;
+    static const char *const neutral[][2] = {{"frequency_penalty", "0"}, {"repetition_penalty", "1"}, {"logprobs", "false"},
+                                             {"top_logprobs", "0"}, {"echo", "false"}, {"best_of", "1"},
+                                             {"logit_bias", "{}"}, {"tools", "[]"}, {"tool_choice", "\"none\""},
+                                             {"suffix", "\"\""}, {"response_format", "{}"}, {"functions", "[]"}};
+    static const char *const ignored[] = {"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls"};
+    int has_prompt = 0, has_messages = 0, n_seen = 0;
+    const char *seen[32]; /* the fields so far: each may come once (an unknown one is refused at once) */
+    json_space(r);
+    if (json_open(r, '{', "the body"))
+        do {
+            const char *key_at = r->p;
+            char *key = json_key(r);
+            for (int i = 0; i < n_seen; i++)
+                if (strcmp(seen[i], key) == 0) r->field = key, r->p = key_at, json_error(r, "\"%s\" appears twice", key);
+            if (n_seen < 32) seen[n_seen++] = key;
+            char field[48];
+            snprintf(field, sizeof field, "\"%.40s\"", key);
+            r->field = key;
+            if (strcmp(key, "stream_options") == 0 || strcmp(key, "chat_template_kwargs") == 0) {
+                int options = key[1] == 't'; /* stream_options */
+                if (!json_word(r, "null") && json_open(r, '{', field))
+                    do {
+                        char *name = json_key(r);
+                        if (options && strcmp(name, "include_usage") == 0) q->include_usage = json_bool(r, "\"include_usage\"");
+                        else if (!options && strcmp(name, "enable_thinking") == 0) q->thinking = json_bool(r, "\"enable_thinking\"");
+                        else json_skip(r, field);
+                    } while (json_next(r, '}', field));
+            } else if (strcmp(key, "prompt") == 0) {
+                if (r->p == r->end || *r->p != '"') json_error(r, "\"prompt\": expected a string, found %s", json_type_at(r));
+                q->prompt = json_string(r, "\"prompt\"");
+                has_prompt = 1;
+            } else if (strcmp(key, "messages") == 0) {
+                read_messages(r, q);
+                r->field = "messages";
+                has_messages = 1;
+            } else if (json_word(r, "null")) {
+                /* null: as if the field were left out */
+            } else if (strcmp(key, "max_tokens") == 0 || strcmp(key, "max_completion_tokens") == 0) {
+                q->max_tokens = json_integer(r, field, 1, INT32_MAX);
+            } else if (strcmp(key, "temperature") == 0) {
+                q->temperature = json_float(r, field, 0, HUGE_VAL);
+            } else if (strcmp(key, "top_p") == 0) {
+                q->top_p = json_float(r, field, 0, 1);
+            } else if (strcmp(key, "top_k") == 0) {
+                q->top_k = json_integer(r, field, -1, INT32_MAX); /* -1: off, as vLLM's */
+                if (q->top_k < 0) q->top_k = 0;
+            } else if (strcmp(key, "min_p") == 0) {
+                q->min_p = json_float(r, field, 0, 1);
+            } else if (strcmp(key, "presence_penalty") == 0) {
+                q->presence_penalty = json_float(r, field, -2, 2);
+            } else if (strcmp(key, "seed") == 0) {
+                q->seed = json_integer(r, field, 0, LLONG_MAX);
+            } else if (strcmp(key, "stream") == 0) {
+                q->stream = json_bool(r, field);
+            } else if (strcmp(key, "n") == 0) {
+                if (json_integer(r, field, 1, INT32_MAX) != 1) r->p = key_at, json_error(r, "\"n\": only 1 answer per request");
+            } else if (strcmp(key, "stop") == 0) {
+                int array = r->p < r->end && *r->p == '[';
+                if (!array && (r->p == r->end || *r->p != '"'))
+                    json_error(r, "\"stop\": expected a string or an array of strings, found %s", json_type_at(r));
+                if (!array || json_open(r, '[', field))
+                    do {
+                        if (r->p == r->end || *r->p != '"') json_error(r, "\"stop\": expected a string, found %s", json_type_at(r));
+                        if (q->n_stop == MAX_STOP_TEXTS) json_error(r, "\"stop\": at most %d strings", MAX_STOP_TEXTS);
+                        char *text = (char *)json_string(r, field);
+                        if (strlen(text) > MAX_STOP_BYTES) json_error(r, "\"stop\": a string of at most %d bytes", MAX_STOP_BYTES);
+                        if (text[0]) q->stop[q->n_stop++] = text; /* an empty string stops nothing */
+                    } while (array && json_next(r, ']', field));
+            } else {
+                int f = 0, n_neutral = (int)(sizeof neutral / sizeof *neutral), n_ignored = (int)(sizeof ignored / sizeof *ignored);
+                while (f < n_neutral && strcmp(key, neutral[f][0]) != 0) f++;
+                if (f < n_neutral) {
+                    if (!json_neutral(r, field, neutral[f][1]))
+                        r->p = key_at, json_error(r, "%s: not supported (only %s, or leaving it out)", field, neutral[f][1]);
+                } else {
+                    f = 0;
+                    while (f < n_ignored && strcmp(key, ignored[f]) != 0) f++;
+                    if (f == n_ignored) {
+                        char name[256];
+                        written_string(key_at, name);
+                        r->p = key_at, json_error(r, "unknown field \"%s\"", name);
+                    }
+                    json_skip(r, field);
+                }
+            }
+        } while (json_next(r, '}', "a field"));
+    json_space(r);
+    if (r->p != r->end) json_error(r, "more after the request's object");
+    r->field = q->chat ? "messages" : "prompt";
+    if (q->chat && has_prompt) r->field = "prompt", json_error(r, "\"prompt\": for /v1/completions; this is chat");
+    if (!q->chat && has_messages) r->field = "messages", json_error(r, "\"messages\": for /v1/chat/completions");
+    if (q->chat && !has_messages) r->p = r->text, json_error(r, "no \"messages\"");
+    if (!q->chat && !has_prompt) r->p = r->text, json_error(r, "no \"prompt\"");
+}
+
+/* A chat's messages in the tokenizer's template, as -m chat renders the same
+   conversation: [system], then user and assistant turns by turns, ending with
+   a user's; each assistant message as chat() leaves its answer in the
+   context. NULL, with *why, if the messages are not such a conversation. */
+static int render_messages(const Tokenizer *tok, const ApiRequest *q, TokenList *l, const char **why) {
+    const ChatMessage *msg = q->messages;
+    int n = q->n_messages, first = 0, turn = 0;
+    const char *system = q->system ? q->system : "";
+    if (strcmp(msg[0].role, "system") == 0) system = msg[0].content, first = 1;
+    int turns = n > first && strcmp(msg[n - 1].role, "user") == 0;
+    for (int i = first; i < n; i++) turns &= strcmp(msg[i].role, (i - first) % 2 ? "assistant" : "user") == 0;
+    if (!turns) {
+        *why = "\"messages\": after an optional system message, user and assistant messages take turns, the last a user's";
+        return 0;
+    }
+    *l = (TokenList){0};
+    for (int i = first; i < n; i++) {
+        if (strcmp(msg[i].role, "user") == 0) {
+            TokenList t = chat_turn(tok, turn++, system, msg[i].content, i == n - 1 ? q->thinking : 1, NULL);
+            append_ids(l, t.ids, t.n);
+            free(t.ids);
+            continue;
+        }
+        /* an assistant's answer after its header, as chat() ends an answer */
+        const char *content = msg[i].content;
+        if (tok->kind == SENTENCEPIECE) { /* [/INST] answer </s> */
+            append_text(l, tok, content, strlen(content));
+            append_ids(l, &(int){EOS_ID}, 1);
+        } else if (tok->chat == CHATML) { /* from the role on, as end_chatml_answer() */
+            while (l->n > 0 && l->ids[l->n - 1] != tok->turn_start_id) l->n--;
+            TokenList answer = chatml_answer_text(tok, content, strlen(content));
+            append_ids(l, answer.ids, answer.n);
+            free(answer.ids);
+        } else { /* Llama 3: the header again, with the answer, then <|eot_id|> */
+            while (l->n > 0 && l->ids[l->n - 1] != tok->turn_start_id) l->n--;
+            l->n--;
+            append_message(l, tok, "assistant", content);
+            append_ids(l, &tok->turn_end_id, 1);
+        }
+    }
+    return 1;
+}
+
+/* ---- Answers: HTTP responses, OpenAI's JSON and its stream of chunks ---- */
+
+static const char *status_text(int status) {
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Internal Server Error";
+    }
+}
+
+static void append_response(Bytes *out, int status, const char *type, const Bytes *body, int keep_alive, const char *headers) {
+    append_format(out, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n", status,
+                  status_text(status), type, body->len, keep_alive ? "" : "Connection: close\r\n", headers ? headers : "");
+    append_bytes(out, body->data, body->len);
+}
+
+/* OpenAI's error object: {"error": {"message", "type", "param", "code"}}. */
+static void append_error(Bytes *out, int status, const char *message, const char *param, const char *code, int keep_alive) {
+    const char *type = status == 401 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error";
+    Bytes body = {0};
+    append_format(&body, "{\"error\":{\"message\":");
+    append_json_string(&body, message, strlen(message));
+    append_format(&body, ",\"type\":\"%s\",\"param\":", type);
+    if (param) append_json_string(&body, param, strlen(param));
+    else append_format(&body, "null");
+    append_format(&body, ",\"code\":");
+    if (code) append_json_string(&body, code, strlen(code));
+    else append_format(&body, "null");
+    append_format(&body, "}}");
+    const char *headers = status == 503 ? "Retry-After: 1\r\n" : status == 405 ? "Allow: POST\r\n" : NULL;
+    append_response(out, status, "application/json", &body, keep_alive, headers);
+    free(body.data);
+}
+
+/* data[0..len) of a stream's body: one piece of a chunked body (RFC 9112,
+   7.1), or for an HTTP/1.0 client, which knows no chunks, as it is (the
+   connection's end ends the body). len 0 ends a chunked body. */
+static void append_chunk(Bytes *out, int chunked, const char *data, size_t len) {
+    if (chunked) append_format(out, "%zx\r\n", len);
+    append_bytes(out, data, len);
+    if (chunked) append_format(out, "\r\n");
+}
+
+/* One Server-Sent Event holding the JSON in event. */
+static void append_event(Bytes *out, int chunked, const Bytes *event) {
+    Bytes sse = {0};
+    append_format(&sse, "data: ");
+    append_bytes(&sse, event->data, event->len);
+    append_format(&sse, "\n\n");
+    append_chunk(out, chunked, sse.data, sse.len);
+    free(sse.data);
+}
+
+/* A stream's last bytes. */
+static void append_done(Bytes *out, int chunked) {
+    append_chunk(out, chunked, "data: [DONE]\n\n", strlen("data: [DONE]\n\n"));
+    if (chunked) append_chunk(out, chunked, "", 0);
+}
+
+/* The head every answer and chunk starts with, up to "choices":. */
+static void append_answer_head(Bytes *b, const Server *sv, const ApiRequest *q) {
+    const char *object = q->chat ? (q->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    append_format(b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", q->id, object, q->created);
+    append_json_string(b, sv->model_name, strlen(sv->model_name));
+    append_format(b, ",\"choices\":");
+}
+
+static void append_usage(Bytes *b, const Sequence *seq) {
+    append_format(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}", seq->n_prompt,
+                  seq->generated, seq->n_prompt + seq->generated);
+}
+
+/* How much of the answer can be shown: all of it once it has ended; before,
+   not a last character that is not yet whole, nor an end that may yet turn
+   out to be the start of a stop string. */
+static size_t shown_length(const Sequence *seq, int final) {
+    const char *text = seq->text.data;
+    size_t len = seq->text.len;
+    if (final) return len;
+    for (size_t back = 1; back <= 3 && back <= len; back++) { /* a character cut short */
+        unsigned char c = (unsigned char)text[len - back];
+        if ((c & 0xC0) == 0x80) continue;
+        int need = c >= 0xF5 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 1; /* 1: not a lead byte */
+        if (need > (int)back && utf8_char_len((const unsigned char *)text + len - back, back) == 0) len -= back;
+        break;
+    }
+    size_t hold = 0;
+    for (int k = 0; k < seq->n_stop_texts; k++) {
+        size_t n = strlen(seq->stop_texts[k]);
+        for (size_t part = n - 1 < len ? n - 1 : len; part > hold; part--)
+            if (memcmp(text + len - part, seq->stop_texts[k], part) == 0) {
+                hold = part;
+                break;
+            }
+    }
+    return len - hold;
+}
+
+/* Splits the shown text into reasoning and content, part[0] and part[1] (each
+   [from, to)): Qwen3's answer "<think>\nreasoning\n</think>\n\ncontent", as
+   vLLM and llama-server return it; without thinking, all is content. Before
+   the end, what may still change (a "<think>" or "</think>" not yet whole,
+   newlines that may be trimmed) waits. */
+static void split_answer(const ApiRequest *q, size_t len, int final, size_t part[2][2]) {
+    const char *text = q->seq.text.data ? q->seq.text.data : "";
+    static const char open[] = "<think>", close[] = "</think>";
+    part[0][0] = part[0][1] = 0;
+    part[1][0] = 0, part[1][1] = len;
+    if (!q->split_thinking) return;
+    if (len < strlen(open) && memcmp(text, open, len) == 0) { /* perhaps "<think>" */
+        if (!final) part[1][1] = 0;
+        return;
+    }
+    if (len < strlen(open) || memcmp(text, open, strlen(open)) != 0) return;
+    size_t from = strlen(open), at = from;
+    while (from < len && text[from] == '\n') from++;
+    while (at + strlen(close) <= len && memcmp(text + at, close, strlen(close)) != 0) at++;
+    int closed = at + strlen(close) <= len;
+    size_t to = closed ? at : len;
+    if (!closed && !final) /* an end that may be the start of "</think>" */
+        for (size_t n = strlen(close) - 1; n > 0; n--)
+            if (n <= to - from && memcmp(text + to - n, close, n) == 0) {
+                to -= n;
+                break;
+            }
+    if (closed || !final)
+        while (to > from && text[to - 1] == '\n') to--;
+    part[0][0] = from, part[0][1] = to;
+    part[1][0] = part[1][1] = len;
+    if (!closed) return;
+    size_t content = at + strlen(close);
+    while (content < len && text[content] == '\n') content++;
+    part[1][0] = content;
+}
+
+/* Sends what is new of q's answer: a chunk for each part that grew; at the
+   end (final), the rest, the reason, the usage and [DONE]. Non-streaming, the
+   whole answer at the end. Under the server's lock. */
+static void publish(Server *sv, ApiRequest *q, int final) {
+    const Sequence *seq = &q->seq;
+    if (!q->stream && !final) return;
+    size_t part[2][2];
+    split_answer(q, shown_length(seq, final), final, part);
+    const char *text = seq->text.data ? seq->text.data : "";
+    Bytes b = {0};
+    if (!q->stream) {
+        append_answer_head(&b, sv, q);
+        append_format(&b, "[{\"index\":0,");
+        if (q->chat) {
+            append_format(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
+            append_json_string(&b, text + part[1][0], part[1][1] - part[1][0]);
+            if (part[0][1] > part[0][0]) {
+                append_format(&b, ",\"reasoning_content\":");
+                append_json_string(&b, text + part[0][0], part[0][1] - part[0][0]);
+            }
+            append_format(&b, "},");
+        } else {
+            append_format(&b, "\"text\":");
+            append_json_string(&b, text, part[1][1]);
+            append_format(&b, ",");
+        }
+        append_format(&b, "\"logprobs\":null,\"finish_reason\":\"%s\"}],", seq->finish_reason);
+        append_usage(&b, seq);
+        append_format(&b, "}");
+        append_response(&q->reply, 200, "application/json", &b, q->keep_alive, NULL);
+        free(b.data);
+        return;
+    }
+    static const char *const names[2] = {"reasoning_content", "content"};
+    for (int k = 0; k < 2; k++) {
+        size_t from = q->sent[k] > part[k][0] ? q->sent[k] : part[k][0];
+        if (part[k][1] <= from) continue;
+        b.len = 0;
+        append_answer_head(&b, sv, q);
+        if (q->chat) append_format(&b, "[{\"index\":0,\"delta\":{\"%s\":", names[k]);
+        else append_format(&b, "[{\"index\":0,\"text\":");
+        append_json_string(&b, text + from, part[k][1] - from);
+        append_format(&b, "%s\"logprobs\":null,\"finish_reason\":null}]}", q->chat ? "}," : ",");
+        append_event(&q->reply, q->chunked, &b);
+        q->sent[k] = part[k][1];
+    }
+    if (final) {
+        b.len = 0;
+        append_answer_head(&b, sv, q);
+        append_format(&b, "[{\"index\":0,%s\"logprobs\":null,\"finish_reason\":\"%s\"}]}", q->chat ? "\"delta\":{}," : "\"text\":\"\",",
+                      seq->finish_reason);
+        append_event(&q->reply, q->chunked, &b);
+        if (q->include_usage) {
+            b.len = 0;
+            append_answer_head(&b, sv, q);
+            append_format(&b, "[],");
+            append_usage(&b, seq);
+            append_format(&b, "}");
+            append_event(&q->reply, q->chunked, &b);
+        }
+        append_done(&q->reply, q->chunked);
+    }
+    free(b.data);
+}
+
+/* The answer to a request the server cut short (a second signal): an error,
+   in the stream or as the response. */
+static void publish_cancelled(ApiRequest *q) {
+    static const char message[] = "the server is shutting down: this answer was cut short";
+    if (!q->stream) {
+        append_error(&q->reply, 503, message, NULL, "shutting_down", 0);
+        return;
+    }
+    Bytes b = {0};
+    append_format(&b, "{\"error\":{\"message\":\"%s\",\"type\":\"server_error\",\"param\":null,\"code\":\"shutting_down\"}}", message);
+    append_event(&q->reply, q->chunked, &b);
+    append_done(&q->reply, q->chunked);
+    free(b.data);
+}
+
+/* ---- The I/O thread: connections, requests in, answers out ---- */
+
+typedef struct {
+    int fd;
+    Bytes in, out;          /* bytes read and not yet handled; bytes to write */
+    size_t out_sent;
+    double since;           /* when it began to wait: for a request's bytes, for its next request, or for the client to read */
+    ApiRequest *request;    /* being answered */
+    HttpHead head;          /* the request's head, once it is whole (have_head) */
+    int have_head;
+    int keep_alive;         /* after this answer, read the next request */
+    int http10;             /* the request is HTTP/1.0's */
+    int closing;            /* close after what it has to write */
+    int lingering;          /* closing: its end sent, it reads and drops what comes until the client's end */
+    int answered;           /* it has had an answer: waiting for the next request, it is idle */
+} Connection;
+
+static double serve_now(void) { return seconds_now(); }
+
+/* Updates the gauges of /metrics (under the lock). */
+static void count_outcome(Server *sv, const char *reason) {
+    ServerMetrics *m = &sv->metrics;
+    if (strcmp(reason, "stop") == 0) m->stopped++;
+    else if (strcmp(reason, "length") == 0) m->cut++;
+    else m->cancelled++;
+}
+
+static void append_metrics(Bytes *b, const ServerMetrics *m) {
+    append_format(b, "# HELP run_requests_total API requests answered, by outcome.\n# TYPE run_requests_total counter\n");
+    const char *names[] = {"stop", "length", "cancelled", "error", "rejected"};
+    long counts[] = {m->stopped, m->cut, m->cancelled, m->errors, m->rejected};
+    for (int i = 0; i < 5; i++) append_format(b, "run_requests_total{outcome=\"%s\"} %ld\n", names[i], counts[i]);
+    append_format(b, "# HELP run_prompt_tokens_total Prompt tokens of the requests answered.\n"
+                     "# TYPE run_prompt_tokens_total counter\nrun_prompt_tokens_total %ld\n"
+                     "# HELP run_generated_tokens_total Tokens generated.\n"
+                     "# TYPE run_generated_tokens_total counter\nrun_generated_tokens_total %ld\n"
+                     "# HELP run_prefix_cache_hit_tokens_total Prompt tokens whose keys and values came from the cache.\n"
+                     "# TYPE run_prefix_cache_hit_tokens_total counter\nrun_prefix_cache_hit_tokens_total %ld\n",
+                  m->prompt_tokens, m->generated_tokens, m->prefix_hit_tokens);
+    append_format(b, "# HELP run_requests_running Requests in the batch.\n# TYPE run_requests_running gauge\n"
+                     "run_requests_running %d\n"
+                     "# HELP run_requests_waiting Requests queued for the batch.\n# TYPE run_requests_waiting gauge\n"
+                     "run_requests_waiting %d\n"
+                     "# HELP run_kv_blocks_used KV cache blocks held by requests.\n# TYPE run_kv_blocks_used gauge\n"
+                     "run_kv_blocks_used %d\n"
+                     "# HELP run_kv_blocks_free KV cache blocks free (some holding cached prefixes).\n"
+                     "# TYPE run_kv_blocks_free gauge\nrun_kv_blocks_free %d\n",
+                  m->running, m->waiting, m->blocks_used, m->blocks_free);
+}
+
+/* A completions or chat request with its body: parsed, its prompt's tokens
+   made, and queued for the scheduler; or answered with an error. Returns
+   the request queued, or NULL. */
+static ApiRequest *start_api_request(Server *sv, Connection *c, int chat, const char *body, size_t len) {
+    ApiRequest *q = xcalloc(1, sizeof *q);
+    const Request *d = &sv->defaults;
+    q->chat = chat, q->thinking = sv->thinking, q->max_tokens = d->n, q->seed = d->seed, q->top_k = d->topk;
+    q->system = d->system;
+    q->temperature = d->temperature, q->top_p = d->topp, q->min_p = d->minp, q->presence_penalty = d->presence_penalty;
+    q->strings = xmalloc(len + 1);
+    q->refs = 1;
+    JsonReader r = {.text = body, .p = body, .end = body + len, .out = q->strings};
+    char message[700];
+    const char *why = NULL, *param = NULL, *code = NULL;
+    TokenList prompt = {0};
+    size_t text_bytes = 0;
+    if (!json_read(&r, read_api_request, q)) {
+        snprintf(message, sizeof message, "%s (at byte %ld of the body)", r.error, r.error_at);
+        why = message, param = r.field;
+    } else if (chat && sv->tok->kind == BYTE_LEVEL_BPE && !has_chat_tokens(sv->tok)) {
+        why = "the model's tokenizer has no chat template: use /v1/completions", param = "messages";
+    } else if (!q->thinking && !sv->thinking_tokens) {
+        why = "\"enable_thinking\": false needs a model that thinks (Qwen3's <think> tokens)", param = "chat_template_kwargs";
+    } else {
+        if (chat)
+            for (int i = 0; i < q->n_messages; i++) text_bytes += strlen(q->messages[i].content);
+        else
+            text_bytes = strlen(q->prompt);
+        /* a token is at most the longest piece: this many bytes cannot fit, and need not be encoded */
+        if (text_bytes > (size_t)sv->seq_len * (sv->longest_piece + 1) + 64) {
+            snprintf(message, sizeof message, "the prompt (%zu bytes) is longer than the model's context (%d tokens)",
+                     text_bytes, sv->seq_len);
+            why = message, param = chat ? "messages" : "prompt", code = "context_length_exceeded";
+        } else if (chat && !render_messages(sv->tok, q, &prompt, &why)) {
+            param = "messages";
+        } else if (!chat) {
+            prompt.ids = encode_prompt(sv->tok, q->prompt, &prompt.n);
+            prompt.cap = prompt.n;
+        }
+        if (!why && prompt.n > sv->seq_len) {
+            snprintf(message, sizeof message, "the prompt is %d tokens, more than the model's context (%d)", prompt.n,
+                     sv->seq_len);
+            why = message, param = chat ? "messages" : "prompt", code = "context_length_exceeded";
+        }
+    }
+    pthread_mutex_lock(&sv->lock);
+    int busy = !why && (sv->in_flight >= sv->max_in_flight || sv->stopping);
+    if (why) sv->metrics.errors++;
+    else if (busy) sv->metrics.rejected++;
+    pthread_mutex_unlock(&sv->lock);
+    if (why || busy) {
+        if (why) append_error(&c->out, 400, why, param, code, c->keep_alive);
+        else append_error(&c->out, 503, sv->stopping ? "the server is shutting down" : "the server is full: try again soon",
+                          NULL, NULL, c->keep_alive);
+        free(prompt.ids);
+        release_request(q);
+        return NULL;
+    }
+    /* the sequence the scheduler will run */
+    static atomic_long counter;
+    q->created = (long long)time(NULL);
+    snprintf(q->id, sizeof q->id, "%s-%llx%lx", chat ? "chatcmpl" : "cmpl", q->created, (long)atomic_fetch_add(&counter, 1));
+    Sequence *seq = &q->seq;
+    seq->owner = q;
+    seq->tokens = prompt;
+    seq->n_prompt = prompt.n;
+    seq->max_new = sv->seq_len + 1 - seq->n_prompt; /* as batch mode: the answer ends where the context does */
+    if (q->max_tokens > 0 && q->max_tokens < seq->max_new) seq->max_new = (int)q->max_tokens;
+    static const int sentencepiece_end = EOS_ID;
+    seq->stop_ids = chat && sv->tok->kind == SENTENCEPIECE ? &sentencepiece_end : sv->tok->stop_ids; /* as chat() */
+    seq->n_stop = chat && sv->tok->kind == SENTENCEPIECE ? 1 : sv->tok->n_stop;
+    seq->stop_texts = q->stop, seq->n_stop_texts = q->n_stop;
+    q->split_thinking = chat && q->thinking && sv->thinking_tokens;
+    q->keep_alive = c->keep_alive;
+    if (q->stream) { /* the head now, and for chat the role: the answer follows as it comes */
+        q->chunked = !c->http10;
+        if (c->http10) c->keep_alive = 0;
+        append_format(&c->out, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n%s%s\r\n",
+                      q->chunked ? "Transfer-Encoding: chunked\r\n" : "", c->keep_alive ? "" : "Connection: close\r\n");
+        if (chat) {
+            Bytes b = {0};
+            append_answer_head(&b, sv, q);
+            append_format(&b, "[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                              "\"finish_reason\":null}]}");
+            append_event(&c->out, q->chunked, &b);
+            free(b.data);
+        }
+    }
+    q->refs = 2;
+    pthread_mutex_lock(&sv->lock);
+    sv->inbox[sv->n_inbox++] = q;
+    sv->in_flight++;
+    pthread_cond_signal(&sv->work);
+    pthread_mutex_unlock(&sv->lock);
+    return q;
+}
+
+/* Handles the request at the start of c->in: its head as soon as it is
+   whole (a body too large, without Content-Length, or without the API key is
+   refused before it is read), then the rest once its body is in. Returns 0
+   while it waits for bytes, 1 when handled, -1 when the connection is to
+   close after what it has to write. */
+static int handle_request(Server *sv, Connection *c) {
+    HttpHead *h = &c->head;
+    if (!c->have_head) {
+        const char *why;
+        int status = parse_http_head(c->in.data, c->in.len, h, &why);
+        if (status == 0) return 0;
+        if (status != 200) {
+            append_error(&c->out, status, why, NULL, NULL, 0);
+            return -1;
+        }
+        c->have_head = 1;
+        c->keep_alive = h->keep_alive, c->http10 = h->http10;
+        int api = strcmp(h->path, "/v1/chat/completions") == 0 || strcmp(h->path, "/v1/completions") == 0;
+        if (strcmp(h->path, "/health") != 0 && !authorized(sv->api_key, h->authorization)) {
+            append_error(&c->out, 401, "a valid API key is needed: Authorization: Bearer <key>", NULL, "invalid_api_key", 0);
+        } else if (h->content_length > sv->body_limit) {
+            char message[128];
+            snprintf(message, sizeof message, "the body is %lld bytes, more than the server's limit (-B %lld)",
+                     h->content_length, sv->body_limit);
+            append_error(&c->out, 413, message, NULL, NULL, 0);
+        } else if (api && strcmp(h->method, "POST") == 0 && h->content_length < 0) {
+            append_error(&c->out, 400, "a request with a body needs Content-Length", NULL, NULL, 0);
+        } else {
+            if (h->expect_continue && !h->http10 && c->in.len < h->head_len + (size_t)(h->content_length > 0 ? h->content_length : 0))
+                append_format(&c->out, "HTTP/1.1 100 Continue\r\n\r\n"); /* an interim answer: the body may come */
+            return 1;
+        }
+        c->have_head = 0;
+        return -1; /* the body is not read: the connection closes */
+    }
+    size_t body_len = h->content_length > 0 ? (size_t)h->content_length : 0;
+    if (c->in.len < h->head_len + body_len) return 0;
+    const char *body = c->in.data + h->head_len;
+    int post = strcmp(h->method, "POST") == 0, get = strcmp(h->method, "GET") == 0;
+    int chat = strcmp(h->path, "/v1/chat/completions") == 0, completions = strcmp(h->path, "/v1/completions") == 0;
+    int known = chat || completions || strcmp(h->path, "/v1/models") == 0 || strcmp(h->path, "/health") == 0 ||
+                strcmp(h->path, "/metrics") == 0;
+    Bytes b = {0};
+    if (!known) {
+        char message[256];
+        snprintf(message, sizeof message, "no endpoint %.64s (POST /v1/chat/completions, POST /v1/completions, "
+                                          "GET /v1/models, /health, /metrics)", h->path[0] ? h->path : "of that length");
+        append_error(&c->out, 404, message, NULL, NULL, c->keep_alive);
+    } else if ((chat || completions) ? !post : !get) {
+        append_error(&c->out, 405, chat || completions ? "use POST" : "use GET", NULL, NULL, c->keep_alive);
+    } else if (strcmp(h->path, "/health") == 0) {
+        pthread_mutex_lock(&sv->lock);
+        int draining = sv->stopping > 0;
+        pthread_mutex_unlock(&sv->lock);
+        append_format(&b, draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
+        append_response(&c->out, draining ? 503 : 200, "application/json", &b, c->keep_alive, NULL);
+    } else if (strcmp(h->path, "/v1/models") == 0) {
+        append_format(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+        append_json_string(&b, sv->model_name, strlen(sv->model_name));
+        append_format(&b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"run\"}]}");
+        append_response(&c->out, 200, "application/json", &b, c->keep_alive, NULL);
+    } else if (strcmp(h->path, "/metrics") == 0) {
+        pthread_mutex_lock(&sv->lock);
+        ServerMetrics m = sv->metrics;
+        pthread_mutex_unlock(&sv->lock);
+        append_metrics(&b, &m);
+        append_response(&c->out, 200, "text/plain; version=0.0.4", &b, c->keep_alive, NULL);
+    } else {
+        c->request = start_api_request(sv, c, chat, body, body_len);
+    }
+    free(b.data);
+    /* the request leaves the input; what follows it is the next one's */
+    memmove(c->in.data, c->in.data + h->head_len + body_len, c->in.len - h->head_len - body_len);
+    c->in.len -= h->head_len + body_len;
+    c->have_head = 0;
+    return 1;
+}
+
+/* Closes c; a request still running is cancelled (the scheduler frees its
+   sequence at its next step). */
+static void close_connection(Server *sv, Connection *c) {
+    if (c->request) {
+        pthread_mutex_lock(&sv->lock);
+        c->request->cancelled = 1;
+        release_request(c->request);
+        pthread_cond_signal(&sv->work);
+        pthread_mutex_unlock(&sv->lock);
+    }
+    close(c->fd);
+    free(c->in.data), free(c->out.data);
+    *c = (Connection){.fd = -1};
+}
+
+static volatile sig_atomic_t signals_received;
+static int signal_wake_fd = -1;
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    signals_received++;
+    char byte = 1;
+    ssize_t ignored = write(signal_wake_fd, &byte, 1);
+    (void)ignored;
+}
+
+/* When c is to be dropped: a request not whole SERVE_READ_SECONDS after its
+   first byte (or the connection's start), no next request for
+   SERVE_IDLE_SECONDS, an answer not read for SERVE_WRITE_SECONDS, the end of
+   a lingering close; 0 while its answer is being computed. */
+static double connection_deadline(const Connection *c) {
+    if (c->lingering) return c->since + SERVE_LINGER_SECONDS;
+    if (c->out.len > c->out_sent) return c->since + SERVE_WRITE_SECONDS;
+    if (c->request) return 0;
+    return c->since + (c->in.len || !c->answered ? SERVE_READ_SECONDS : SERVE_IDLE_SECONDS);
+}
+
+/* With every connection open, a new one takes the place of the one that has
+   waited longest for a request (idle, or still sending one): so clients that
+   open connections and send nothing cannot shut others out. -1: all are busy
+   with answers. */
+static int oldest_waiting(const Connection *conns) {
+    int oldest = -1;
+    for (int i = 0; i < SERVE_MAX_CONNECTIONS; i++)
+        if (conns[i].fd >= 0 && !conns[i].request && conns[i].out.len == 0 &&
+            (oldest < 0 || conns[i].since < conns[oldest].since))
+            oldest = i;
+    return oldest;
+}
+
+/* Reads what c's client sent, handles each whole request, writes what is
+   ready. Returns 0 when c is to close: the client has gone (a client that
+   closes its sending side is taken to have gone), broke a limit, or ended a
+   lingering close. A connection that is to close after an answer first
+   lingers: it sends its end, and reads (and drops) what the client still
+   sends for a while, so that the client reads the answer rather than a reset. */
+static int serve_connection(Server *sv, Connection *c, short revents, double now) {
+    if (revents & (POLLERR | POLLNVAL)) return 0;
+    if (revents & (POLLIN | POLLHUP)) {
+        size_t room = SERVE_MAX_HEAD + (size_t)sv->body_limit - c->in.len;
+        reserve_bytes(&c->in, room < 65536 ? room : 65536);
+        ssize_t got = recv(c->fd, c->in.data + c->in.len, room < 65536 ? room : 65536, 0);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return 0;
+        if (got > 0) {
+            if (c->in.len == 0 && !c->request && c->out.len == c->out_sent) c->since = now; /* a request begins */
+            c->in.len += got;
+        }
+        if (c->lingering) c->in.len = 0;
+    }
+    if (c->lingering) return now < c->since + SERVE_LINGER_SECONDS;
+    for (;;) {
+        while (!c->closing && !c->request && c->in.len > 0 && c->out.len == c->out_sent) {
+            int handled = handle_request(sv, c);
+            if (handled == 0) break;
+            if (handled < 0) c->closing = 1;
+            c->since = now;
+        }
+        if (c->out.len > c->out_sent) {
+            ssize_t put = send(c->fd, c->out.data + c->out_sent, c->out.len - c->out_sent, MSG_NOSIGNAL);
+            if (put < 0 && errno != EAGAIN && errno != EINTR) return 0;
+            if (put > 0) c->out_sent += put, c->since = now;
+            if (c->out.len - c->out_sent > SERVE_MAX_REPLY) return 0; /* it reads too slowly */
+        }
+        if (c->out.len == 0 || c->out.len > c->out_sent) break;
+        c->out.len = c->out_sent = 0; /* all written */
+        c->since = now;
+        if (c->request || c->have_head) break; /* an answer still coming, or a "100 Continue" */
+        c->answered = 1;
+        if (c->closing || !c->keep_alive) {
+            shutdown(c->fd, SHUT_WR);
+            c->lingering = 1;
+            c->in.len = 0;
+            return 1;
+        }
+        if (c->in.len == 0) break; /* else the next request, already here */
+    }
+    double deadline = connection_deadline(c);
+    if (deadline && now > deadline) {
+        if (!c->request && c->in.len && c->out.len == 0) { /* too slow: say so, then close */
+            append_error(&c->out, 408, "the request did not arrive in time", NULL, NULL, 0);
+            ssize_t ignored = send(c->fd, c->out.data, c->out.len, MSG_NOSIGNAL);
+            (void)ignored;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    Server *sv;
+    int listener;
+} IoThread;
+
+/* The I/O thread: one poll() over the listening socket, the wake-up pipe and
+   every connection. It reads requests, hands the API's to the scheduler,
+   moves the answers' bytes to their sockets, and closes connections that
+   break the limits. It ends once the server stops and has nothing left. */
+static void *io_thread(void *arg) {
+    IoThread *io = arg;
+    Server *sv = io->sv;
+    Connection *conns = xmalloc(SERVE_MAX_CONNECTIONS * sizeof *conns);
+    for (int i = 0; i < SERVE_MAX_CONNECTIONS; i++) conns[i] = (Connection){.fd = -1};
+    struct pollfd fds[SERVE_MAX_CONNECTIONS + 2];
+    int listener = io->listener, n_open = 0, seen_signals = 0;
+    double stop_deadline = 0;
+    for (;;) {
+        double now = serve_now();
+        /* signals: the first stops new connections, the second cuts the running answers */
+        if (signals_received != seen_signals) {
+            seen_signals = signals_received;
+            pthread_mutex_lock(&sv->lock);
+            sv->stopping = seen_signals >= 2 ? 2 : 1;
+            pthread_cond_signal(&sv->work);
+            pthread_mutex_unlock(&sv->lock);
+            if (listener >= 0) close(listener), listener = -1;
+            fprintf(stderr, "serve: %s\n", seen_signals >= 2 ? "stopping now: cutting the running answers"
+                                                               : "stopping: finishing the running answers (again: cut them)");
+        }
+        /* the answers' new bytes */
+        pthread_mutex_lock(&sv->lock);
+        int in_flight = sv->in_flight, stopping = sv->stopping;
+        for (int i = 0; i < SERVE_MAX_CONNECTIONS; i++) {
+            Connection *c = &conns[i];
+            if (c->fd < 0 || !c->request) continue;
+            ApiRequest *q = c->request;
+            if (q->reply.len) {
+                if (c->out.len == c->out_sent) c->since = now;
+                append_bytes(&c->out, q->reply.data, q->reply.len);
+                q->reply.len = 0;
+            }
+            if (q->finished) {
+                release_request(q);
+                c->request = NULL;
+            }
+        }
+        pthread_mutex_unlock(&sv->lock);
+        if (stopping && in_flight == 0) {
+            if (!stop_deadline) stop_deadline = now + 5; /* the last bytes may take this long to leave */
+            int pending = 0;
+            for (int i = 0; i < SERVE_MAX_CONNECTIONS; i++) pending |= conns[i].fd >= 0 && conns[i].out.len > conns[i].out_sent;
+            if (!pending || now > stop_deadline) break;
+        }
+        /* who to poll for what, and until when */
+        int n = 0, slot[SERVE_MAX_CONNECTIONS + 2];
+        fds[n] = (struct pollfd){.fd = sv->wake[0], .events = POLLIN}, slot[n++] = -1;
+        double next = now + 1;
+        for (int i = 0; i < SERVE_MAX_CONNECTIONS; i++) {
+            Connection *c = &conns[i];
+            if (c->fd < 0) continue;
+            short events = c->out.len > c->out_sent ? POLLOUT : 0;
+            if (c->in.len < SERVE_MAX_HEAD + (size_t)sv->body_limit) events |= POLLIN;
+            fds[n] = (struct pollfd){.fd = c->fd, .events = events}, slot[n++] = i;
+            double deadline = connection_deadline(c);
+            if (deadline && deadline < next) next = deadline;
+        }
+        /* last: a new connection may take the place of one handled before it */
+        if (listener >= 0) fds[n] = (struct pollfd){.fd = listener, .events = POLLIN}, slot[n++] = -2;
+        int wait_ms = next > now ? (int)((next - now) * 1000) + 1 : 0;
+        if (poll(fds, n, wait_ms) < 0 && errno != EINTR) fail("serve: poll: %s", strerror(errno));
+        now = serve_now();
+        for (int k = 0; k < n; k++) {
+            if (slot[k] == -1) { /* the wake-up pipe: empty it */
+                char drain[64];
+                if (fds[k].revents)
+                    while (read(sv->wake[0], drain, sizeof drain) > 0) {}
+                continue;
+            }
+            if (slot[k] == -2) { /* new connections */
+                int fd;
+                while (fds[k].revents && (fd = accept(listener, NULL, NULL)) >= 0) {
+                    fcntl(fd, F_SETFL, O_NONBLOCK);
+                    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
+                    int evict = n_open == SERVE_MAX_CONNECTIONS ? oldest_waiting(conns) : -1;
+                    if (evict >= 0) close_connection(sv, &conns[evict]), n_open--;
+                    if (n_open == SERVE_MAX_CONNECTIONS) {
+                        Bytes full = {0};
+                        append_error(&full, 503, "every connection is busy with an answer: try again soon", NULL, NULL, 0);
+                        ssize_t ignored = send(fd, full.data, full.len, MSG_NOSIGNAL);
+                        (void)ignored;
+                        free(full.data);
+                        close(fd);
+                        continue;
+                    }
+                    int i = 0;
+                    while (conns[i].fd >= 0) i++;
+                    conns[i] = (Connection){.fd = fd, .since = now};
+                    n_open++;
+                }
+                continue;
+            }
+            Connection *c = &conns[slot[k]];
+            if (!serve_connection(sv, c, fds[k].revents, now)) close_connection(sv, c), n_open--;
+        }
+    }
+    for (int i = 0; i < SERVE_MAX_CONNECTIONS; i++)
+        if (conns[i].fd >= 0) close_connection(sv, &conns[i]);
+    if (listener >= 0) close(listener);
+    free(conns);
+    return NULL;
+}
+
+/* ---- The scheduler's loop, and the server's start and end ---- */
+
+/* A listening socket on host:port (port 0: any free one); fails with the reason. */
+static int listen_on(const char *host, long long port, char *address, size_t address_size) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *found;
+    char service[16];
+    snprintf(service, sizeof service, "%lld", port);
+    int err = getaddrinfo(host, service, &hints, &found);
+    if (err) fail("-H %s: %s", host, gai_strerror(err));
+    int fd = socket(found->ai_family, SOCK_STREAM, 0);
+    if (fd < 0) fail("-H %s: socket: %s", host, strerror(errno));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int){1}, sizeof(int));
+    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0) fail("-H %s -o %lld: %s", host, port, strerror(errno));
+    freeaddrinfo(found);
+    if (listen(fd, 256) != 0) fail("-o %lld: listen: %s", port, strerror(errno));
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof bound;
+    getsockname(fd, (struct sockaddr *)&bound, &len);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int is_v6 = bound.ss_family == AF_INET6;
+    unsigned short actual = ntohs(is_v6 ? ((struct sockaddr_in6 *)&bound)->sin6_port : ((struct sockaddr_in *)&bound)->sin_port);
+    inet_ntop(bound.ss_family, is_v6 ? (void *)&((struct sockaddr_in6 *)&bound)->sin6_addr : (void *)&((struct sockaddr_in *)&bound)->sin_addr,
+              ip, sizeof ip);
+    snprintf(address, address_size, is_v6 ? "[%s]:%u" : "%s:%u", ip, actual);
+    return fd;
+}
+
+/* -m serve: listens, and runs the scheduler until a signal stops it and
+   every request taken has its answer. */
+static void serve(Model *m, const Tokenizer *tok, const Options *o) {
+    const Config *c = &m->ck.config;
+    Server *sv = xcalloc(1, sizeof *sv);
+    pthread_mutex_init(&sv->lock, NULL);
+    pthread_cond_init(&sv->work, NULL);
+    sv->tok = tok, sv->seq_len = c->seq_len, sv->vocab_size = c->vocab_size;
+    for (int id = 0; id < tok->vocab_size; id++)
+        if (piece_len(tok, id) > sv->longest_piece) sv->longest_piece = piece_len(tok, id);
+    const char *slash = strrchr(o->checkpoint, '/');
+    sv->model_name = slash ? slash + 1 : o->checkpoint;
+    sv->api_key = o->api_key ? o->api_key : getenv("RUN_API_KEY");
+    if (sv->api_key && !sv->api_key[0]) sv->api_key = NULL;
+    sv->body_limit = o->body_limit;
+    sv->max_in_flight = (int)(o->batch + o->queue);
+    sv->inbox = xmalloc(sv->max_in_flight * sizeof *sv->inbox);
+    sv->defaults = (Request){.n = o->steps_given ? o->steps : 0, .seed = o->seed, .temperature = o->temperature,
+                             .topp = o->topp, .topk = o->topk, .minp = o->minp, .presence_penalty = o->presence_penalty,
+                             .system = o->system_prompt ? o->system_prompt : ""};
+    sv->thinking = o->thinking;
+    sv->thinking_tokens = tok->chat == CHATML && added_token_id(tok, "<think>") >= 0 && added_token_id(tok, "</think>") >= 0;
+
+    /* the model, and a pool of KV blocks: by default room for -b requests as long as the context */
+    long long pool_blocks = o->pool ? (o->pool + KV_BLOCK - 1) / KV_BLOCK : o->batch * ((c->seq_len + KV_BLOCK - 1) / KV_BLOCK);
+    int context_blocks = (c->seq_len + KV_BLOCK - 1) / KV_BLOCK;
+    if (pool_blocks < context_blocks) fail("-x %lld: the KV pool must hold the context's %d positions", o->pool, context_blocks * KV_BLOCK);
+    if (pool_blocks > INT32_MAX / KV_BLOCK) fail("-x %lld: more positions than the pool can have", o->pool);
+    SamplingKernels fast = start_compute((int)o->threads);
+    start_model(m, c->seq_len, (int)pool_blocks, o->cache);
+    Scheduler sc = {.max_running = (int)o->batch};
+    init_block_pool(&sc.pool, (int)pool_blocks);
+    sc.running = xmalloc((sc.max_running + 1) * sizeof(Sequence *));
+    sc.ended = xmalloc((sv->max_in_flight + 1) * sizeof(Sequence *));
+    sc.waiting = xmalloc((sv->max_in_flight + 1) * sizeof(Sequence *));
+    ProbIndex *probindex = xmalloc(c->vocab_size * sizeof(ProbIndex));
+    float *logits = xmalloc((size_t)sc.max_running * c->vocab_size * sizeof(float));
+
+    /* the socket, the signals, the I/O thread */
+    if (pipe(sv->wake) != 0) fail("serve: pipe: %s", strerror(errno));
+    fcntl(sv->wake[0], F_SETFL, O_NONBLOCK), fcntl(sv->wake[1], F_SETFL, O_NONBLOCK);
+    char address[80];
+    IoThread io = {sv, listen_on(o->host, o->port, address, sizeof address)};
+    signal_wake_fd = sv->wake[1];
+    struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigaction(SIGINT, &stop, NULL), sigaction(SIGTERM, &stop, NULL);
+    pthread_t io_id;
+    if (pthread_create(&io_id, NULL, io_thread, &io) != 0) fail("serve: cannot start the I/O thread");
+    fprintf(stderr, "serve: listening on http://%s (model %s, -b %lld, KV pool %lld positions)\n", address,
+            sv->model_name, o->batch, pool_blocks * KV_BLOCK);
+
+    for (;;) {
+        /* wait for work; take new requests in, and note who has gone */
+        pthread_mutex_lock(&sv->lock);
+        while (!sv->n_inbox && !sc.n_running && !sc.n_waiting && !(sv->stopping && !sv->in_flight))
+            pthread_cond_wait(&sv->work, &sv->lock);
+        if (sv->stopping && !sv->in_flight) {
+            pthread_mutex_unlock(&sv->lock);
+            break;
+        }
+        for (int i = 0; i < sv->n_inbox; i++) {
+            ApiRequest *q = sv->inbox[i];
+            Sequence *seq = &q->seq;
+            seq->sampler = (Sampler){.vocab_size = c->vocab_size, .temperature = q->temperature, .topp = q->top_p,
+                                     .topk = (int)q->top_k, .minp = q->min_p, .presence_penalty = q->presence_penalty,
+                                     .rng_state = q->seed > 0 ? (uint64_t)q->seed : (uint64_t)time(NULL),
+                                     .probindex = probindex, .softmax = fast.softmax, .argmax = fast.argmax};
+            seq->blocks = xmalloc(context_blocks * sizeof(int));
+            seq->keys = m->state.key_cache, seq->values = m->state.value_cache;
+            seq->keys.blocks = seq->values.blocks = seq->blocks;
+            sc.waiting[sc.n_waiting++] = seq;
+        }
+        sv->n_inbox = 0;
+        int cut_all = sv->stopping == 2;
+        sc.n_ended = 0;
+        for (int i = sc.n_running + sc.n_waiting - 1; i >= 0; i--) {
+            Sequence *seq = i < sc.n_running ? sc.running[i] : sc.waiting[i - sc.n_running];
+            ApiRequest *q = seq->owner;
+            if (q->cancelled || cut_all) end_sequence(&sc, seq, "cancelled");
+        }
+        pthread_mutex_unlock(&sv->lock);
+
+        /* one step of the batch */
+        int n_cancelled = sc.n_ended;
+        Sequence *cancelled[n_cancelled ? n_cancelled : 1];
+        memcpy(cancelled, sc.ended, n_cancelled * sizeof *cancelled);
+        int T = plan_step(&sc);
+        if (T > 0) run_step(&sc, m, tok, T, logits);
+        else sc.n_ended = 0;
+
+        /* the answers' new text, and the ends */
+        pthread_mutex_lock(&sv->lock);
+        for (int i = 0; i < sc.n_running; i++) publish(sv, sc.running[i]->owner, 0);
+        for (int pass = 0; pass < 2; pass++) {
+            Sequence **ended = pass ? cancelled : sc.ended;
+            for (int i = 0; i < (pass ? n_cancelled : sc.n_ended); i++) {
+                ApiRequest *q = ended[i]->owner;
+                if (pass == 0) publish(sv, q, 1);
+                else if (!q->cancelled) publish_cancelled(q);
+                count_outcome(sv, ended[i]->finish_reason);
+                sv->metrics.prompt_tokens += ended[i]->n_prompt;
+                q->finished = 1;
+                sv->in_flight--;
+                release_request(q);
+            }
+        }
+        ServerMetrics *mt = &sv->metrics;
+        mt->generated_tokens = sc.generated, mt->prefix_hit_tokens = sc.shared_tokens;
+        mt->running = sc.n_running, mt->waiting = sc.n_waiting + sv->n_inbox;
+        mt->blocks_free = sc.pool.n_free, mt->blocks_used = sc.pool.n_blocks - sc.pool.n_free;
+        pthread_mutex_unlock(&sv->lock);
+        wake_io(sv);
+    }
+    pthread_join(io_id, NULL);
+    fprintf(stderr, "serve: stopped; %ld answers, %ld tokens generated\n",
+            sv->metrics.stopped + sv->metrics.cut, sv->metrics.generated_tokens);
+    free(logits), free(probindex);
+    free(sc.running), free(sc.ended), free(sc.waiting);
+    free_block_pool(&sc.pool);
+    stop_model(m);
+    stop_compute();
+    close(sv->wake[0]), close(sv->wake[1]);
+    signal_wake_fd = -1;
+    free(sv->inbox), free(sv);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -8056,18 +9611,28 @@ static void usage(FILE *out) {
             "  -z <string> tokenizer file, default tokenizer.bin\n"
             "  -m <string> mode: generate (default), chat, tokenize (print the prompt's ids),\n"
             "              perplexity (score the text: windows of -n positions, default the context),\n"
-            "              or batch (-f: a JSON object per line, {\"prompt\": ...}; a JSON line per answer;\n"
-            "              -n is each answer's most tokens, 0 = up to the context)\n"
-            "  -b <int>    batch: sequences run at once, 1..%d, default %d\n"
-            "  -x <int>    batch: KV cache pool in positions, default the longest request's times -b (or the prompts)\n"
-            "  -y <string> system prompt in chat mode (batch: for the prompts without \"system\")\n"
+            "              batch (-f: a JSON object per line, {\"prompt\": ...}; a JSON line per answer;\n"
+            "              -n is each answer's most tokens, 0 = up to the context), or serve (OpenAI's API over\n"
+            "              HTTP; -n: an answer's most tokens when a request gives none, default up to the context)\n"
+            "  -b <int>    batch and serve: sequences run at once, 1..%d, default %d\n"
+            "  -x <int>    batch and serve: KV cache pool in positions, default the longest request's times -b\n"
+            "              (serve: the context's times -b)\n"
+            "  -o <int>    serve: the TCP port to listen on, 0..65535, default 8080; 0 = any free port\n"
+            "  -H <string> serve: the address to listen on, default 127.0.0.1\n"
+            "  -q <int>    serve: requests waiting beyond -b at most (more get 503), >= 0, default 64\n"
+            "  -B <int>    serve: a request body's most bytes (more get 413), >= 1, default 1048576\n"
+            "  -A <string> serve: the API key requests must send (Authorization: Bearer KEY); default\n"
+            "              $RUN_API_KEY, or none\n"
+            "  -y <string> system prompt in chat mode (batch: for the prompts without \"system\"; serve: for the\n"
+            "              chats without a system message)\n"
             "  -a <int>    chat: an answer's most tokens, >= 0, default 0 = up to the context\n"
             "  -j <int>    threads, >= 1, default: one per CPU core\n"
             "  -d <string> draft model for speculative decoding (same vocabulary)\n"
             "  -l <int>    speculative decoding drafted from the text: n-grams of up to this many tokens, 1..16\n"
             "  -k <int>    tokens drafted per step at most, 1..32, default 6 with -d, 8 with -l\n"
             "  -c <string> KV cache: fp32 (default, exact) or int8 (a quarter of the memory, a scale per head)\n"
-            "  -e <int>    chat and batch with Qwen3: 0 = no thinking (enable_thinking=false), default 1\n"
+            "  -e <int>    chat, batch and serve with Qwen3: 0 = no thinking (enable_thinking=false; serve: unless\n"
+            "              a request says), default 1\n"
             "  -h          this help\n", MAX_BATCH / 2, DEFAULT_BATCH);
 }
 
@@ -8128,10 +9693,10 @@ static char *read_text_file(const char *path) {
 }
 
 static Options parse_options(int argc, char **argv) {
-    static const char *const mode_names[] = {"generate", "chat", "tokenize", "perplexity", "batch"};
+    static const char *const mode_names[] = {"generate", "chat", "tokenize", "perplexity", "batch", "serve"};
     Options o = {.tokenizer = "tokenizer.bin", .temperature = 1.0f, .topp = 0.9f, .steps = 256, .thinking = 1,
-                 .cache = CACHE_FP32};
-    const char *mode = "generate";
+                 .cache = CACHE_FP32, .host = "127.0.0.1", .port = 8080, .queue = -1, .body_limit = 1 << 20};
+    const char *mode = "generate", *serve_flag = NULL;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -8143,9 +9708,10 @@ static Options parse_options(int argc, char **argv) {
             o.checkpoint = arg;
             continue;
         }
-        if (arg[2] != '\0' || !strchr("tpKMPsnifzmyajdlkrcbxe", arg[1])) bad_flag("unknown flag '%s'", arg);
+        if (arg[2] != '\0' || !strchr("tpKMPsnifzmyajdlkrcbxeoHqBA", arg[1])) bad_flag("unknown flag '%s'", arg);
         if (i + 1 >= argc) bad_flag("%s needs a value", arg);
         const char *val = argv[++i];
+        if (strchr("oHqBA", arg[1])) serve_flag = arg;
         switch (arg[1]) {
         case 't': o.temperature = parse_float(arg, val, 0.0f, INFINITY); break;
         case 'p': o.topp = parse_float(arg, val, 0.0f, 1.0f); break;
@@ -8168,6 +9734,11 @@ static Options parse_options(int argc, char **argv) {
         case 'b': o.batch = parse_int(arg, val, 1, MAX_BATCH / 2); break;
         case 'x': o.pool = parse_int(arg, val, 1, INT32_MAX); break;
         case 'e': o.thinking = (int)parse_int(arg, val, 0, 1); break;
+        case 'o': o.port = parse_int(arg, val, 0, 65535); break;
+        case 'H': o.host = val; break;
+        case 'q': o.queue = parse_int(arg, val, 0, 1 << 20); break;
+        case 'B': o.body_limit = parse_int(arg, val, 1, 1LL << 30); break;
+        case 'A': o.api_key = val; break;
         case 'c':
             if (strcmp(val, "fp32") && strcmp(val, "int8")) bad_flag("-c: unknown KV cache type '%s' (fp32 or int8)", val);
             o.cache = strcmp(val, "int8") == 0 ? CACHE_INT8 : CACHE_FP32;
@@ -8176,8 +9747,14 @@ static Options parse_options(int argc, char **argv) {
     }
     if (!o.checkpoint) bad_flag("no checkpoint given");
     while (o.mode < N_MODES && strcmp(mode, mode_names[o.mode]) != 0) o.mode++;
-    if (o.mode == N_MODES) bad_flag("-m: unknown mode '%s' (generate, chat, tokenize, perplexity or batch)", mode);
-    if ((o.batch || o.pool) && o.mode != BATCH) bad_flag("%s: for -m batch only", o.batch ? "-b" : "-x");
+    if (o.mode == N_MODES) bad_flag("-m: unknown mode '%s' (generate, chat, tokenize, perplexity, batch or serve)", mode);
+    if ((o.batch || o.pool) && o.mode != BATCH && o.mode != SERVE) bad_flag("%s: for -m batch and serve only", o.batch ? "-b" : "-x");
+    if (serve_flag && o.mode != SERVE) bad_flag("%s: for -m serve only", serve_flag);
+    if (o.mode == SERVE && (o.draft || o.lookup || o.roll || o.prompt || o.prompt_file))
+        bad_flag("%s: not in serve mode (requests bring their prompts; answers draft nothing and end with the context)",
+                 o.draft ? "-d" : o.lookup ? "-l" : o.roll ? "-r" : o.prompt ? "-i" : "-f");
+    if (o.mode == SERVE && !o.batch) o.batch = DEFAULT_BATCH;
+    if (o.mode == SERVE && o.queue < 0) o.queue = 64;
     if (o.mode == BATCH && (o.draft || o.lookup || o.roll))
         bad_flag("%s: not in batch mode (its answers run together, each drafting nothing and never past the context)",
                  o.draft ? "-d" : o.lookup ? "-l" : "-r");
@@ -8188,7 +9765,7 @@ static Options parse_options(int argc, char **argv) {
     if (o.max_draft && !o.draft && !o.lookup) bad_flag("-k needs -d or -l");
     if (o.roll && o.mode != GENERATE) bad_flag("-r: for generate only (chat always shifts its context)");
     if (o.answer_tokens && o.mode != CHAT) bad_flag("-a: for chat only (generate counts the prompt in -n; batch: \"n\")");
-    if (!o.thinking && o.mode != CHAT && o.mode != BATCH) bad_flag("-e: for chat and batch only");
+    if (!o.thinking && o.mode != CHAT && o.mode != BATCH && o.mode != SERVE) bad_flag("-e: for chat, batch and serve only");
     if (o.mode == PERPLEXITY && (o.draft || o.lookup))
         bad_flag("-d and -l speed up generate and chat; -m perplexity has no use for them");
     if (o.prompt && o.prompt_file) fail("-i and -f: give the text one way, not both");
@@ -8259,6 +9836,8 @@ int main(int argc, char **argv) {
         perplexity(&m, &tok, text, &o);
     } else if (o.mode == BATCH) {
         batch(&m, &tok, file_text, &o);
+    } else if (o.mode == SERVE) {
+        serve(&m, &tok, &o);
     } else {
         run_decoding(&m, &tok, text, &o);
     }

@@ -2058,6 +2058,10 @@ static void test_tokenizer(void) {
 
     int empty[] = {1};
     check(encode_equals(&t, "", empty, 1), "empty text is just BOS (no dummy prefix)");
+    int bos_len = -1, eos_len = -1;
+    decode(&t, SP_A, BOS_ID, &bos_len), decode(&t, SP_A, EOS_ID, &eos_len);
+    check(bos_len == 0 && eos_len == 0 && strcmp(piece_text(&t, BOS_ID), "\n<s>\n") == 0,
+          "a control token drawn mid-answer has no text (BOS's piece is \"\\n<s>\\n\"): %d and %d bytes", bos_len, eos_len);
     /* " a" (-1) merges first, then "bc" (-2); "ab" is no longer possible */
     int abc[] = {1, SP_A, BC};
     check(encode_equals(&t, "abc", abc, 3), "highest score merges first");
@@ -3730,6 +3734,20 @@ static void test_llama3_chat(const char *python) {
     check(l.n == (int)(sizeof second / sizeof *second) && memcmp(l.ids, second, sizeof second) == 0,
           "Llama 3 chat, second turn: %d tokens", l.n);
     free(l.ids);
+    /* the server's whole conversation: the first turn's ids, the answer's text and <|eot_id|>, the second turn's */
+    ChatMessage messages[] = {{"system", "You are a pirate."}, {"user", "  Hi there! \n"}, {"assistant", " Ahoy, matey! "},
+                              {"user", "And you? 'Twas fine."}};
+    ApiRequest q = {.chat = 1, .thinking = 1, .messages = messages, .n_messages = 4};
+    const char *why;
+    enum { N_FIRST = sizeof first / sizeof *first, N_SECOND = sizeof second / sizeof *second };
+    int ok = render_messages(&t, &q, &l, &why), n_answer = l.n - N_FIRST - N_SECOND - 1;
+    char answer[64] = "";
+    for (int i = 0; ok && i < n_answer && strlen(answer) + piece_len(&t, l.ids[N_FIRST + i]) < sizeof answer; i++)
+        strncat(answer, piece_text(&t, l.ids[N_FIRST + i]), piece_len(&t, l.ids[N_FIRST + i]));
+    check(ok && n_answer > 0 && memcmp(l.ids, first, sizeof first) == 0 && l.ids[N_FIRST + n_answer] == 128009 &&
+              memcmp(l.ids + l.n - N_SECOND, second, sizeof second) == 0 && strcmp(answer, "Ahoy, matey!") == 0,
+          "Llama 3: the server renders an earlier answer after its header, trimmed, with <|eot_id|>: '%s'", answer);
+    if (ok) free(l.ids);
     check(t.bos_id == 128000 && t.turn_end_id == 128009 && stops_at(&t, 128001) && stops_at(&t, 128008) &&
               stops_at(&t, 128009) && !stops_at(&t, 128000),
           "Llama 3 BOS and stop ids");
@@ -3795,6 +3813,20 @@ static void test_qwen_chat(const char *python) {
     l = chat_turn(&t, 1, "You are a pirate.", "And you? 'Twas fine.", 0, NULL);
     check(same_ids(l.ids, l.n, two + N_HISTORY, N_TWO + 4 - N_HISTORY), "Qwen3 chat, second turn, no thinking");
     free(l.ids);
+    /* the server renders the whole conversation at once: the same ids */
+    for (int thinking = 1; thinking >= 0; thinking--) {
+        ChatMessage messages[] = {{"system", "You are a pirate."}, {"user", "Hi there!"},
+                                  {"assistant", thinking ? "<think>\nA greeting.\n</think>\n\nAhoy, matey!" : "Ahoy, matey!"},
+                                  {"user", "And you? 'Twas fine."}};
+        ApiRequest q = {.chat = 1, .thinking = thinking, .messages = messages, .n_messages = 4};
+        const char *why = NULL;
+        int ok = render_messages(&t, &q, &l, &why);
+        check(ok && same_ids(l.ids, l.n, two, thinking ? N_TWO : N_TWO + 4),
+              "Qwen3 chat: the server renders two turns as the template does, thinking %s", thinking ? "on" : "off");
+        if (ok) free(l.ids);
+        q.n_messages = 3; /* ends with the assistant's */
+        check(!render_messages(&t, &q, &l, &why) && strstr(why, "the last a user's"), "messages ending with an answer: refused");
+    }
 
     /* the cache after each first answer: what a fresh run of the template's
        ids gives, to the logits */
@@ -4489,6 +4521,191 @@ static void test_json_reader(void) {
           "JSON reader: a blank line is not a request");
 }
 
+/* The server's answers are text: bytes that are not UTF-8 become U+FFFD, one
+   for each "maximal subpart" (Unicode, chapter 3), as Python's
+   bytes.decode('utf-8', 'replace') gives them (its results written here by hand). */
+static void test_json_replacement(void) {
+    static const char *cases[][2] = {
+        {"\xe2\x82x", "\"\xef\xbf\xbdx\""}, {"\xe0\x80", "\"\xef\xbf\xbd\xef\xbf\xbd\""},
+        {"\xed\xa0\x80", "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\""}, {"\xf4\x90", "\"\xef\xbf\xbd\xef\xbf\xbd\""},
+        {"\xf0\x9f\x98", "\"\xef\xbf\xbd\""}, {"\xc0\xaf", "\"\xef\xbf\xbd\xef\xbf\xbd\""}, {"\xff", "\"\xef\xbf\xbd\""},
+        {"a\xf0\x9f\x98\x80\xe2\"\n", "\"a\xf0\x9f\x98\x80\xef\xbf\xbd\\\"\\n\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Bytes b = {0};
+        append_json_string(&b, cases[i][0], strlen(cases[i][0]));
+        check(b.len == strlen(cases[i][1]) && memcmp(b.data, cases[i][1], b.len) == 0,
+              "server JSON: case %zu's bytes that are not UTF-8 as Python's decoder replaces them", i);
+        free(b.data);
+    }
+}
+
+/* The server's readers against RFC 9112 and OpenAI's API reference by hand:
+   heads whole, cut short and refused, with their statuses; request bodies'
+   fields, and each refusal naming its field. */
+static void test_http_head(void) {
+    static const struct { const char *head; int status; } cases[] = {
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n", 200},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len", 0},
+        {"GET /health HTTP/1.0\r\n\r\n", 200},
+        {"GET /health HTTP/2.0\r\n\r\n", 505},
+        {"GET /health\r\n\r\n", 400},
+        {"get /health HTTP/1.1\r\n\r\n", 400},
+        {"GET health HTTP/1.1\r\n\r\n", 400},
+        {"GET /a b HTTP/1.1\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999999999\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501},
+        {"POST /v1/completions HTTP/1.1\r\n folded: no\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\r\nNo colon here\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\r\nX: a\x01b\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\nHost: x\n\n", 400}, /* bare LF */
+        {"GET / HTTP/1.1\rX: 5\r\n\r\n", 400},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        HttpHead h;
+        const char *why = NULL;
+        int status = parse_http_head(cases[i].head, strlen(cases[i].head), &h, &why);
+        check(status == cases[i].status && (status == 0 || status == 200 || (why && why[0])),
+              "HTTP head %zu: status %d, want %d", i, status, cases[i].status);
+    }
+    const char *head = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nconnection: Upgrade, close\r\n"
+                       "AUTHORIZATION:  Bearer k3y \r\nExpect: 100-continue\r\nContent-Length: 7\r\n\r\n{\"a\":1}";
+    HttpHead h;
+    const char *why;
+    int status = parse_http_head(head, strlen(head), &h, &why);
+    check(status == 200 && strcmp(h.method, "POST") == 0 && strcmp(h.path, "/v1/chat/completions") == 0 &&
+              h.content_length == 7 && !h.keep_alive && h.expect_continue && strcmp(h.authorization, "Bearer k3y") == 0 &&
+              h.head_len == strlen(head) - 7,
+          "HTTP head: the method, the path without its query, the fields (any case, values trimmed)");
+    char big[SERVE_MAX_HEAD + 64];
+    memset(big, 'a', sizeof big);
+    memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
+    check(parse_http_head(big, SERVE_MAX_HEAD - 1, &h, &why) == 0 && parse_http_head(big, sizeof big, &h, &why) == 431,
+          "HTTP head: 16 KB without its end waits for more; past that, 431");
+    check(authorized(NULL, "") && authorized("k3y", "Bearer k3y") && !authorized("k3y", "Bearer k3") &&
+              !authorized("k3y", "Bearer k3yy") && !authorized("k3y", "bearer k3y") && !authorized("k3y", "") &&
+              !authorized("k3y", "Bearer "),
+          "API key: only \"Bearer <key>\" exactly");
+}
+
+static int api_body(int chat, const char *body, ApiRequest *q, JsonReader *r) {
+    free(q->strings);
+    *q = (ApiRequest){.chat = chat, .thinking = 1, .max_tokens = 7, .temperature = 0.5f, .top_p = 0.25f};
+    q->strings = malloc(strlen(body) + 1);
+    *r = (JsonReader){.text = body, .p = body, .end = body + strlen(body), .out = q->strings};
+    return json_read(r, read_api_request, q);
+}
+
+static void test_api_request(void) {
+    ApiRequest q = {0};
+    JsonReader r;
+    int ok = api_body(0, "{\"model\":\"x\",\"prompt\":\"Once\",\"max_tokens\":12,\"temperature\":0,\"top_p\":1,\"top_k\":-1,"
+                         "\"min_p\":0.05,\"presence_penalty\":-1.5,\"seed\":9,\"stop\":[\"a\",\"\",\"\\n\"],\"stream\":true,"
+                         "\"stream_options\":{\"include_usage\":true},\"n\":1,\"user\":\"u\",\"logprobs\":false,"
+                         "\"frequency_penalty\":0.0,\"logit_bias\":{},\"echo\":false,\"suffix\":null}", &q, &r);
+    check(ok && strcmp(q.prompt, "Once") == 0 && q.max_tokens == 12 && q.temperature == 0 && q.top_p == 1 &&
+              q.top_k == 0 && q.min_p == 0.05f && q.presence_penalty == -1.5f && q.seed == 9 && q.n_stop == 2 &&
+              strcmp(q.stop[0], "a") == 0 && strcmp(q.stop[1], "\n") == 0 && q.stream && q.include_usage,
+          "API request: every field of /v1/completions; neutral values of the others ignored: %s", ok ? "" : r.error);
+    free(q.messages);
+    q.messages = NULL;
+    ok = api_body(1, "{\"messages\":[{\"role\":\"developer\",\"content\":\"S\"},{\"role\":\"user\",\"content\":"
+                     "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\\u00e9\"}],\"name\":\"n\"}],"
+                     "\"max_completion_tokens\":3,\"chat_template_kwargs\":{\"enable_thinking\":false},\"stop\":\"x\","
+                     "\"temperature\":null}", &q, &r);
+    check(ok && q.n_messages == 2 && strcmp(q.messages[0].role, "system") == 0 && strcmp(q.messages[0].content, "S") == 0 &&
+              strcmp(q.messages[1].role, "user") == 0 && strcmp(q.messages[1].content, "b\xc3\xa9") != 0 &&
+              strcmp(q.messages[1].content, "ab\xc3\xa9") == 0 && q.max_tokens == 3 && !q.thinking && q.n_stop == 1 &&
+              strcmp(q.stop[0], "x") == 0 && q.temperature == 0.5f,
+          "API request: chat messages (text parts joined), enable_thinking, one stop string, null as left out: %s",
+          ok ? "" : r.error);
+    free(q.messages);
+    static const char *bad[][4] = { /* chat?, body, the message has, the field named */
+        {"0", "{\"prompt\": ", "expected a string, found the end", "prompt"},
+        {"0", "{\"prompt\":\"a\",\"max_tokens\":\"ten\"}", "\"max_tokens\": expected a number, found a string", "max_tokens"},
+        {"0", "{\"prompt\":\"a\",\"max_tokens\":0}", "\"max_tokens\": 0 is out of range", "max_tokens"},
+        {"0", "{\"prompt\":\"a\",\"n\":2}", "\"n\": only 1", "n"},
+        {"0", "{\"prompt\":\"a\",\"logprobs\":true}", "\"logprobs\": not supported", "logprobs"},
+        {"0", "{\"prompt\":\"a\",\"frequency_penalty\":0.5}", "\"frequency_penalty\": not supported", "frequency_penalty"},
+        {"0", "{\"prompt\":\"a\",\"logit_bias\":{\"5\":1}}", "\"logit_bias\": not supported", "logit_bias"},
+        {"0", "{\"prompt\":\"a\",\"temprature\":1}", "unknown field \"temprature\"", "temprature"},
+        {"0", "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\"]}", "\"stop\": at most 4", "stop"},
+        {"0", "{\"prompt\":\"a\",\"stop\":5}", "\"stop\": expected a string or an array", "stop"},
+        {"0", "{\"prompt\":\"a\",\"top_p\":1.5}", "\"top_p\": 1.5 is out of range", "top_p"},
+        {"0", "{\"prompt\":\"a\",\"stream\":1}", "\"stream\": expected true or false", "stream"},
+        {"0", "{\"prompt\":\"a\",\"seed\":-1}", "\"seed\": -1 is out of range", "seed"},
+        {"0", "{\"prompt\":\"a\"} x", "more after", "prompt"},
+        {"0", "{}", "no \"prompt\"", "prompt"},
+        {"0", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", "for /v1/chat/completions", "messages"},
+        {"1", "{\"messages\":[]}", "\"messages\": no message", "messages"},
+        {"1", "{\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}", "\"role\": \"tool\" is not", "messages"},
+        {"1", "{\"messages\":[{\"role\":\"user\"}]}", "needs \"role\" and \"content\"", "messages"},
+        {"1", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "only text parts", "messages"},
+        {"1", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"tool_calls\":[]}]}", "\"tool_calls\" is not supported", "messages"},
+        {"1", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\"}]}", "\"tools\": not supported", "tools"},
+        {"1", "{\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", "for /v1/completions", "prompt"},
+        {"1", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "the body: expected an object", "-"},
+        {"1", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"metadata\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+         "nested more than 32 deep", "metadata"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ok = api_body(bad[i][0][0] == '1', bad[i][1], &q, &r);
+        int named = bad[i][3][0] == '-' ? !r.field : r.field && strcmp(r.field, bad[i][3]) == 0;
+        check(!ok && strstr(r.error, bad[i][2]) && named,
+              "API request refused: %s: want '%s' naming %s, got %s (%s)", bad[i][1], bad[i][2], bad[i][3],
+              ok ? "accepted" : r.error, r.field ? r.field : "no field");
+        free(q.messages);
+    }
+    free(q.strings);
+}
+
+/* What a stream may send before the answer ends: not a character cut short,
+   not what may be the start of a stop string or of "</think>"; at the end,
+   the rest. Qwen3's thinking comes apart from the answer as vLLM returns it. */
+static void test_answer_views(void) {
+    ApiRequest q = {0};
+    char *stops[] = {"END", "\xc3\xa9t"};
+    q.seq.stop_texts = stops, q.seq.n_stop_texts = 2;
+    static const struct { const char *text; size_t shown; } cases[] = {
+        {"abc", 3}, {"ab\xe2\x82", 2}, {"ab\xe2\x82\xac", 5}, {"abE", 2}, {"abEN", 2}, {"abENx", 5},
+        {"ab\xc3", 2}, {"ab\xc3\xa9", 2}, {"ab\xff", 3}, {"", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        q.seq.text = (Bytes){(char *)cases[i].text, strlen(cases[i].text), 0};
+        check(shown_length(&q.seq, 0) == cases[i].shown && shown_length(&q.seq, 1) == strlen(cases[i].text),
+              "stream: of '%s', %zu bytes shown before the end (got %zu), all at the end", cases[i].text,
+              cases[i].shown, shown_length(&q.seq, 0));
+    }
+    static const struct { const char *text; int final; const char *reasoning, *content; } splits[] = {
+        {"<think>\nA greeting.\n</think>\n\nAhoy!", 1, "A greeting.", "Ahoy!"},
+        {"<think>\nA greeting.\n</think>\n\nAhoy!", 0, "A greeting.", "Ahoy!"},
+        {"<think>\nA greeting.\n</think>\n", 0, "A greeting.", ""},
+        {"<think>\nA greeting.\n</thi", 0, "A greeting.", ""},
+        {"<think>\nA greeting.\n</thi", 1, "A greeting.\n</thi", ""},
+        {"<thi", 0, "", ""},
+        {"<thi", 1, "", "<thi"},
+        {"Ahoy! <think>x</think>", 1, "", "Ahoy! <think>x</think>"},
+        {"<think></think>Ahoy!", 1, "", "Ahoy!"},
+        {"Hi", 0, "", "Hi"}, /* shorter than "<think>", and not its start */
+    };
+    for (size_t i = 0; i < sizeof splits / sizeof *splits; i++) {
+        q.split_thinking = 1;
+        q.seq.text = (Bytes){(char *)splits[i].text, strlen(splits[i].text), 0};
+        size_t part[2][2];
+        split_answer(&q, strlen(splits[i].text), splits[i].final, part);
+        const char *t = splits[i].text;
+        int ok = part[0][1] - part[0][0] == strlen(splits[i].reasoning) &&
+                 memcmp(t + part[0][0], splits[i].reasoning, strlen(splits[i].reasoning)) == 0 &&
+                 part[1][1] - part[1][0] == strlen(splits[i].content) &&
+                 memcmp(t + part[1][0], splits[i].content, strlen(splits[i].content)) == 0;
+        check(ok, "thinking apart (%s): '%s' gives '%.*s' and '%.*s'", splits[i].final ? "final" : "so far", t,
+              (int)(part[0][1] - part[0][0]), t + part[0][0], (int)(part[1][1] - part[1][0]), t + part[1][0]);
+    }
+    q.seq.text = (Bytes){0};
+}
+
 /* The JSON writer against RFC 8259 by hand: quotes, backslashes and control
    characters escaped, UTF-8 as it is, and a byte that is not UTF-8 as
    \udcXX (Python's surrogateescape). */
@@ -4881,9 +5098,14 @@ static void test_batch_mode(const char *model, const char *tokenizer) {
         {"-m", "batch", "-n", "5", "-n", "5"}, /* no -f */
         {"-b", "3", "-n", "5", "-n", "5"},     {"-x", "64", "-n", "5", "-n", "5"},
         {"-m", "batch", "-f", "PATH", "-b", "0"}, {"-m", "batch", "-f", "PATH", "-b", "33"},
+        {"-o", "0", "-n", "5", "-n", "5"},     {"-A", "key", "-m", "batch", "-f", "PATH"},
+        {"-m", "serve", "-o", "65536", "-n", "5"}, {"-m", "serve", "-i", "x", "-n", "5"},
+        {"-m", "serve", "-B", "0", "-n", "5"}, {"-m", "serve", "-q", "-1", "-n", "5"},
     };
-    static const char *flag_errors[] = {"-m batch needs -f FILE", "-b: for -m batch only", "-x: for -m batch only",
-                                        "-b: 0 is out of range", "-b: 33 is out of range"};
+    static const char *flag_errors[] = {"-m batch needs -f FILE", "-b: for -m batch and serve only",
+                                        "-x: for -m batch and serve only", "-b: 0 is out of range", "-b: 33 is out of range",
+                                        "-o: for -m serve only", "-A: for -m serve only", "-o: 65536 is out of range",
+                                        "-i: not in serve mode", "-B: 0 is out of range", "-q: -1 is out of range"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         const char *v[6];
         for (int k = 0; k < 6; k++) v[k] = strcmp(flags[i][k], "PATH") == 0 ? path : flags[i][k];
@@ -4892,6 +5114,29 @@ static void test_batch_mode(const char *model, const char *tokenizer) {
               "%s %s %s %s: want '%s' with the usage hint, got %d: %s", v[0], v[1], v[4], v[5], flag_errors[i], r.status, r.err);
     }
     unlink(path), free(path);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Serve: the HTTP server                                                     */
+
+/* The server through its sockets: tests/test_serve.py (answers under load
+   against ./run alone, the stream's format, bad requests, slow clients,
+   cancellation, signals, curl and npm's openai package), and ../shared's
+   check_serve.py. The scripts take $RUN, so under ASan the server is the
+   sanitized one. */
+static void test_server(const char *run) {
+    if (emulated()) /* hundreds of ./run processes and timed clients: the host's suite runs it */
+        skip("tests/test_serve.py under emulation: the server's code is the same on every CPU, and make check runs it");
+    else
+        run_python_suite("python3", "tests/test_serve.py", quick ? "--quick" : "");
+    if (!have_shared()) {
+        skip("check_serve.py: %s/models not found", shared_dir());
+        return;
+    }
+    char script[4096], args[8192];
+    snprintf(script, sizeof script, "%s/tools/check_serve.py", shared_dir());
+    snprintf(args, sizeof args, "%s %s/models/stories260K.bin %s/models/aidreams_tok512.bin", run, shared_dir(), shared_dir());
+    run_python_suite("python3", script, args);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -5186,9 +5431,14 @@ int main(int argc, char **argv) {
     test_tokenize_mode(model, tokenizer);
     test_json_reader();
     test_json_writer();
+    test_json_replacement();
+    test_http_head();
+    test_api_request();
+    test_answer_views();
     test_batch_bad_lines(model, tokenizer);
     test_batch_mode(model, tokenizer);
     test_batch_invariance(tokenizer);
+    test_server(run);
 
     /* command line */
     test_flags(model, tokenizer);

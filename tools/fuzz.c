@@ -14,6 +14,10 @@
      -DFUZZ_BATCH       the input is a line of a batch file: parse_request(),
                         and for an accepted line, the prompt written back as
                         JSON and read again
+     -DFUZZ_SERVE       the input is what a client sends the server: the
+                        request's head (parse_http_head()), then what follows
+                        it as the body of a completions or chat request
+                        (read_api_request())
 
    run.c is included whole, as test_all.c does. fail() longjmps to *fail_jump
    when it is set, so a rejected input comes back here, and the harness frees
@@ -499,6 +503,78 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------- */
+#elif defined(FUZZ_SERVE)
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    fuzz_stderr = stderr;
+    return 0;
+}
+
+static void check_utf8(const char *s, const char *what) {
+    for (size_t at = 0, len = strlen(s); at < len;) {
+        int n = utf8_char_len((const unsigned char *)s + at, len - at);
+        if (n == 0) harness_abort("accepted %s that is not UTF-8", what);
+        at += n;
+    }
+}
+
+/* The server never calls fail() for a client's bytes: a head is whole, cut
+   short, or refused with a status; a body is read, or refused with one line
+   of message and the byte it is at. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    jmp_buf jump;
+    begin_capture();
+    if (setjmp(jump)) harness_abort("fail() on a client's bytes: %s", err_text);
+    fail_jump = &jump;
+    HttpHead h;
+    const char *why = NULL;
+    int status = parse_http_head((const char *)data, size, &h, &why);
+    if (status != 0 && status != 200 && status != 400 && status != 431 && status != 501 && status != 505)
+        harness_abort("parse_http_head gave status %d", status);
+    if (status != 200 && status != 0 && (!why || !why[0])) harness_abort("a refused head without a reason");
+    if (status == 0 && size >= SERVE_MAX_HEAD) harness_abort("a head of %zu bytes still waits for more", size);
+    if (status == 200) {
+        if (h.head_len < 4 || h.head_len > size || memcmp(data + h.head_len - 4, "\r\n\r\n", 4) != 0)
+            harness_abort("the head's length %zu is wrong", h.head_len);
+        if (strlen(h.path) >= sizeof h.path || strlen(h.method) >= sizeof h.method) harness_abort("a field not terminated");
+        if (h.content_length < -1) harness_abort("Content-Length %lld", h.content_length);
+    }
+    /* the body: what follows a whole head, else the whole input */
+    size_t from = status == 200 ? h.head_len : 0, len = size - from;
+    const char *body = (const char *)data + from;
+    ApiRequest *q = calloc(1, sizeof *q);
+    q->chat = size % 2, q->thinking = 1;
+    q->strings = malloc(len + 1);
+    JsonReader r = {.text = body, .p = body, .end = body + len, .out = q->strings};
+    if (json_read(&r, read_api_request, q)) {
+        if (q->chat) {
+            if (q->n_messages < 1) harness_abort("a chat request without messages");
+            for (int i = 0; i < q->n_messages; i++) {
+                check_utf8(q->messages[i].content, "a message");
+                if (strcmp(q->messages[i].role, "system") && strcmp(q->messages[i].role, "user") &&
+                    strcmp(q->messages[i].role, "assistant"))
+                    harness_abort("accepted the role '%s'", q->messages[i].role);
+            }
+        } else {
+            check_utf8(q->prompt, "a prompt");
+        }
+        if (q->n_stop > MAX_STOP_TEXTS) harness_abort("%d stop strings", q->n_stop);
+        for (int i = 0; i < q->n_stop; i++) check_utf8(q->stop[i], "a stop string");
+        if (q->max_tokens < 0 || q->top_k < 0 || !(q->top_p >= 0 && q->top_p <= 1)) harness_abort("a setting out of range");
+    } else {
+        if (!r.error[0] || r.error_at < 0 || r.error_at > (long)len) harness_abort("a refusal at byte %ld of %zu", r.error_at, len);
+        for (const unsigned char *c = (const unsigned char *)r.error; *c; c++)
+            if (*c < 0x20) harness_abort("the message holds a control character: '%s'", r.error);
+    }
+    free(q->messages), free(q->strings), free(q);
+    fail_jump = NULL;
+    end_capture();
+    if (err_text[0]) harness_abort("a client's bytes wrote to stderr: %s", err_text);
+    return 0;
+}
+
 #else
-#error "define one of FUZZ_CHECKPOINT, FUZZ_TOKENIZER, FUZZ_ENCODE, FUZZ_BATCH"
+#error "define one of FUZZ_CHECKPOINT, FUZZ_TOKENIZER, FUZZ_ENCODE, FUZZ_BATCH, FUZZ_SERVE"
 #endif

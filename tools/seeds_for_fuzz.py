@@ -3,7 +3,8 @@
 
 Writes OUT/checkpoint, OUT/tokenizer and OUT/encode from the shared models,
 tokenizers and tokenizer cases, plus small generated files (tiny checkpoints of
-every layout, cut and damaged copies), and OUT/batch: lines of batch files. Standard library only; deterministic."""
+every layout, cut and damaged copies), OUT/batch: lines of batch files, and
+OUT/serve: HTTP requests to the server. Standard library only; deterministic."""
 
 import json
 import os
@@ -192,6 +193,23 @@ def main():
                     lines.append(json.dumps({"prompt": json.loads(line)["text"], "n": i}).encode())
     for i, line in enumerate(lines):
         write(batch_dir, "line%02d" % i, line)
+
+    # server requests: heads of every kind, bodies with every field
+    bodies = [b'{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stream": true, '
+              b'"stream_options": {"include_usage": true}, "stop": ["\\n", "The"], "seed": 7, "top_k": -1}',
+              b'{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": '
+              b'[{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}, {"role": "assistant", "content": '
+              b'"Hello"}, {"role": "user", "content": "\\u00e9"}], "n": 1, "logprobs": false, "frequency_penalty": 0, '
+              b'"chat_template_kwargs": {"enable_thinking": false}, "max_completion_tokens": null, "user": "u"}',
+              b'{"prompt": 5}', b'{"messages": []}', b'{"prompt": "x", "n": 2}', b'{"prompt": "x", "logit_bias": {"1": 2}}']
+    heads = [b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+             b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nAuthorization: Bearer k\r\nConnection: close\r\n"
+             b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n",
+             b"GET /metrics HTTP/1.0\r\n\r\n", b"POST / HTTP/2.0\r\n\r\n", b"POST /v1/completions HTTP/1.1\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n", b"BAD\r\n\r\n"]
+    for i, head in enumerate(heads):
+        for j, body in enumerate(bodies):
+            write(os.path.join(out, "serve"), "request%d_%d" % (i, j), (head % len(body) if b"%d" in head else head) + body)
 
 
 if __name__ == "__main__":
