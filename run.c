@@ -8314,6 +8314,7 @@ static void batch(Model *m, const Tokenizer *tok, char *file_text, const Options
 #define SERVE_WRITE_SECONDS 60    /* a client that reads nothing for this long is dropped */
 #define SERVE_MAX_REPLY (16 << 20) /* bytes waiting for a slow reader before it is dropped */
 #define MAX_STOP_TEXTS 4          /* OpenAI's limit on "stop" */
+#define SERVE_POOL_CONTEXT 4096   /* the default KV pool: -b times this many positions, or the context if shorter */
 #define MAX_STOP_BYTES 256        /* each stop string's: every token is compared with them */
 #define SERVE_LINGER_SECONDS 2    /* after an error that closes a connection, what the client still sends is read this long */
 
@@ -8371,7 +8372,8 @@ typedef struct {
     ServerMetrics metrics;
     /* fixed at start */
     const Tokenizer *tok;
-    int seq_len, vocab_size, longest_piece;
+    int seq_len;             /* a request's context: the model's, or the KV pool if smaller */
+    int vocab_size, longest_piece;
     const char *model_name, *api_key;
     long long body_limit;
     Request defaults;        /* the command line's sampling settings, -n and -y */
@@ -9466,7 +9468,7 @@ static void serve(Model *m, const Tokenizer *tok, const Options *o) {
     Server *sv = xcalloc(1, sizeof *sv);
     pthread_mutex_init(&sv->lock, NULL);
     pthread_cond_init(&sv->work, NULL);
-    sv->tok = tok, sv->seq_len = c->seq_len, sv->vocab_size = c->vocab_size;
+    sv->tok = tok, sv->vocab_size = c->vocab_size;
     for (int id = 0; id < tok->vocab_size; id++)
         if (piece_len(tok, id) > sv->longest_piece) sv->longest_piece = piece_len(tok, id);
     const char *slash = strrchr(o->checkpoint, '/');
@@ -9482,13 +9484,18 @@ static void serve(Model *m, const Tokenizer *tok, const Options *o) {
     sv->thinking = o->thinking;
     sv->thinking_tokens = tok->chat == CHATML && added_token_id(tok, "<think>") >= 0 && added_token_id(tok, "</think>") >= 0;
 
-    /* the model, and a pool of KV blocks: by default room for -b requests as long as the context */
-    long long pool_blocks = o->pool ? (o->pool + KV_BLOCK - 1) / KV_BLOCK : o->batch * ((c->seq_len + KV_BLOCK - 1) / KV_BLOCK);
-    int context_blocks = (c->seq_len + KV_BLOCK - 1) / KV_BLOCK;
-    if (pool_blocks < context_blocks) fail("-x %lld: the KV pool must hold the context's %d positions", o->pool, context_blocks * KV_BLOCK);
+    /* the model, and a pool of KV blocks: by default room for -b requests as
+       long as the context, or as SERVE_POOL_CONTEXT (Llama 3's 131,072
+       positions times -b would be a pool of terabytes). A request's context
+       is the model's, or the pool if that is smaller. */
+    long long model_blocks = (c->seq_len + KV_BLOCK - 1) / KV_BLOCK, each = model_blocks;
+    if (each > SERVE_POOL_CONTEXT / KV_BLOCK) each = SERVE_POOL_CONTEXT / KV_BLOCK;
+    long long pool_blocks = o->pool ? (o->pool + KV_BLOCK - 1) / KV_BLOCK : o->batch * each;
     if (pool_blocks > INT32_MAX / KV_BLOCK) fail("-x %lld: more positions than the pool can have", o->pool);
+    int context_blocks = (int)(pool_blocks < model_blocks ? pool_blocks : model_blocks);
+    sv->seq_len = c->seq_len < context_blocks * KV_BLOCK ? c->seq_len : context_blocks * KV_BLOCK;
     SamplingKernels fast = start_compute((int)o->threads);
-    start_model(m, c->seq_len, (int)pool_blocks, o->cache);
+    start_model(m, sv->seq_len, (int)pool_blocks, o->cache);
     Scheduler sc = {.max_running = (int)o->batch};
     init_block_pool(&sc.pool, (int)pool_blocks);
     sc.running = xmalloc((sc.max_running + 1) * sizeof(Sequence *));
@@ -9507,8 +9514,8 @@ static void serve(Model *m, const Tokenizer *tok, const Options *o) {
     sigaction(SIGINT, &stop, NULL), sigaction(SIGTERM, &stop, NULL);
     pthread_t io_id;
     if (pthread_create(&io_id, NULL, io_thread, &io) != 0) fail("serve: cannot start the I/O thread");
-    fprintf(stderr, "serve: listening on http://%s (model %s, -b %lld, KV pool %lld positions)\n", address,
-            sv->model_name, o->batch, pool_blocks * KV_BLOCK);
+    fprintf(stderr, "serve: listening on http://%s (model %s, context %d, -b %lld, KV pool %lld positions)\n", address,
+            sv->model_name, sv->seq_len, o->batch, pool_blocks * KV_BLOCK);
 
     for (;;) {
         /* wait for work; take new requests in, and note who has gone */
@@ -9616,7 +9623,7 @@ static void usage(FILE *out) {
             "              HTTP; -n: an answer's most tokens when a request gives none, default up to the context)\n"
             "  -b <int>    batch and serve: sequences run at once, 1..%d, default %d\n"
             "  -x <int>    batch and serve: KV cache pool in positions, default the longest request's times -b\n"
-            "              (serve: the context's times -b)\n"
+            "              (serve: the context's, at most 4096, times -b; a request's context is at most the pool)\n"
             "  -o <int>    serve: the TCP port to listen on, 0..65535, default 8080; 0 = any free port\n"
             "  -H <string> serve: the address to listen on, default 127.0.0.1\n"
             "  -q <int>    serve: requests waiting beyond -b at most (more get 503), >= 0, default 64\n"
