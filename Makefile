@@ -4,6 +4,9 @@
 # make check          build and run the whole test suite (what CI runs)
 # make test-sanitize  the whole suite, built with AddressSanitizer and UBSan
 # make run PLAIN=1    ./run without Part II: the plain kernels only (same output, slower)
+# make bench-serve    the server under load from 1 to 16 clients, beside batch mode and (if LLAMA_CPP
+#                     names a llama.cpp folder built with cmake) llama-server (tools/serve_bench.py;
+#                     SERVE_BENCH_FLAGS)
 # make bench          speed and memory on three model shapes, and batch mode (needs ../shared);
 #                     BENCH_FLAGS=--long adds the 1.1B shape near position 2000
 #                     with each KV cache (--long-only: just that)
@@ -83,10 +86,14 @@ BENCH_FLAGS ?=
 bench: run
 	$(or $(PYTHON),python3) tools/bench.py $(BENCH_FLAGS)
 
+SERVE_BENCH_FLAGS ?=
+bench-serve: run
+	$(or $(PYTHON),python3) tools/serve_bench.py $(SERVE_BENCH_FLAGS)
+
 clean:
 	rm -f run test_all run_sanitize test_all_sanitize run_arm64 test_all_arm64 run_arm64_qemu
 
-.PHONY: test check test-sanitize test-arm64 demo bench clean
+.PHONY: test check test-sanitize test-arm64 demo bench bench-serve clean
 
 # make fuzz                       build the libFuzzer targets (clang) and their seed corpus
 # make fuzz-run SECONDS=600       run each target for SECONDS, one after the other, niced

@@ -8607,7 +8607,8 @@ static void read_messages(JsonReader *r, ApiRequest *q) {
                         r->out = key;
                         msg->content = read_content(r, "\"content\"");
                         has_content = 1;
-                    } else if (strcmp(key, "name") == 0) {
+                    } else if (strcmp(key, "name") == 0 || strcmp(key, "reasoning_content") == 0) {
+                        /* a name changes nothing in these templates; an earlier answer's thinking is dropped, as Qwen3's does */
                         r->out = key;
                         json_skip(r, "\"name\"");
                     } else {
@@ -8648,9 +8649,15 @@ static void read_api_request(JsonReader *r, void *arg) {
                 if (!json_word(r, "null") && json_open(r, '{', field))
                     do {
                         char *name = json_key(r);
-                        if (options && strcmp(name, "include_usage") == 0) q->include_usage = json_bool(r, "\"include_usage\"");
-                        else if (!options && strcmp(name, "enable_thinking") == 0) q->thinking = json_bool(r, "\"enable_thinking\"");
-                        else json_skip(r, field);
+                        if (json_word(r, "null")) {
+                            /* as if left out */
+                        } else if (options && strcmp(name, "include_usage") == 0) {
+                            q->include_usage = json_bool(r, "\"include_usage\"");
+                        } else if (!options && strcmp(name, "enable_thinking") == 0) {
+                            q->thinking = json_bool(r, "\"enable_thinking\"");
+                        } else {
+                            json_skip(r, field);
+                        }
                     } while (json_next(r, '}', field));
             } else if (strcmp(key, "prompt") == 0) {
                 if (r->p == r->end || *r->p != '"') json_error(r, "\"prompt\": expected a string, found %s", json_type_at(r));

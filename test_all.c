@@ -4614,7 +4614,7 @@ static void test_api_request(void) {
     ok = api_body(1, "{\"messages\":[{\"role\":\"developer\",\"content\":\"S\"},{\"role\":\"user\",\"content\":"
                      "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\\u00e9\"}],\"name\":\"n\"}],"
                      "\"max_completion_tokens\":3,\"chat_template_kwargs\":{\"enable_thinking\":false},\"stop\":\"x\","
-                     "\"temperature\":null}", &q, &r);
+                     "\"temperature\":null,\"stream_options\":{\"include_usage\":null}}", &q, &r);
     check(ok && q.n_messages == 2 && strcmp(q.messages[0].role, "system") == 0 && strcmp(q.messages[0].content, "S") == 0 &&
               strcmp(q.messages[1].role, "user") == 0 && strcmp(q.messages[1].content, "b\xc3\xa9") != 0 &&
               strcmp(q.messages[1].content, "ab\xc3\xa9") == 0 && q.max_tokens == 3 && !q.thinking && q.n_stop == 1 &&

@@ -38,12 +38,24 @@ What it checks (issue 60):
     default tests/node_modules; skipped with a message without node or the package);
  8. SIGTERM: running requests finish, nothing new is served, exit status 0; a second signal
     cancels with a final error message and exits 0;
- 9. /v1/models, /health, /metrics in Prometheus' text format.
+ 9. /v1/models, /health, /metrics in Prometheus' text format;
+10. the byte-level chat templates, Llama 3's (headers) and Qwen3's (ChatML), with tokenizers that
+    export.py writes from ../shared's tokenizer.json (with $PYTHON, else python3 or
+    /usr/bin/python3, one with numpy; kept in the golden cache under a hash of export.py and the
+    JSON; skipped with a message without them) and tiny random models of their vocabularies: chats
+    of a system and a user message, greedy and seeded, streamed and not, batched, are ./run -m
+    chat's answers; 3-turn chats a fresh -b 1 server's (and for Qwen3, one whose earlier answers
+    are -m chat's own is -m chat's third answer); completions are ./run's; Qwen3's
+    chat_template_kwargs.enable_thinking and -e 0 give -m chat -e 0's or -e 1's answer, and an
+    answer that starts with <think> comes apart into reasoning_content and content as vLLM
+    returns it (on a model made to write <think> and </think>); with Llama 3 enable_thinking
+    false is a 400.
 The tests that need requests that last (queue, cancellation, SIGTERM, the stream beside the bad
 requests) use a random-weight model that ../shared/tools/gen_model.c writes into the golden
 cache ($GOLDEN_CACHE, default $TMPDIR/llm-golden-cache) with the repository's tokenizer.bin
 (Llama 2's vocabulary, so streams carry multi-byte characters); without a C compiler they are
-skipped. Environment: RUN (default ./run), SHARED (default ../shared), RUN_NODE_MODULES.
+skipped. Environment: RUN (default ./run), SHARED (default ../shared), RUN_NODE_MODULES, PYTHON,
+GOLDEN_CACHE.
 A check that cannot run prints "skip ..." and counts as skipped. Python's standard library only.
 The last line is "N passed, M failed, K skipped"."""
 import concurrent.futures, http.client, json, os, queue, random, re, select, shutil, signal, socket
@@ -127,10 +139,10 @@ POOL = concurrent.futures.ThreadPoolExecutor(4)  # the references computed ahead
 _cache, _cache_lock, _running = {}, threading.Lock(), threading.BoundedSemaphore(3)
 
 
-def run_alone(args):
-    """(stdout bytes, stderr text, exit status) of RUN with these arguments, stdin closed; cached
-    (the first caller runs it, the others wait for its result)."""
-    key = tuple(args)
+def run_alone(args, stdin=None):
+    """(stdout bytes, stderr text, exit status) of RUN with these arguments, stdin closed (or these
+    bytes on it); cached (the first caller runs it, the others wait for its result)."""
+    key = (tuple(args), stdin)
     with _cache_lock:
         f = _cache.get(key)
         mine = f is None
@@ -139,8 +151,8 @@ def run_alone(args):
     if mine:
         try:
             with _running:
-                p = subprocess.run([RUN] + list(args), stdin=subprocess.DEVNULL, capture_output=True,
-                                   timeout=300 * SLOW)
+                feed = {"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}
+                p = subprocess.run([RUN] + list(args), capture_output=True, timeout=300 * SLOW, **feed)
             f.set_result((p.stdout, p.stderr.decode("utf-8", "replace"), p.returncode))
         except Exception as e:
             f.set_exception(e)
@@ -610,7 +622,7 @@ def read_sse(body, chat, include_usage, status=200, headers=None):
         except Exception:
             problems.append(f"a chunk is not JSON: {e[:80]!r}")
     want_object = "chat.completion.chunk" if chat else "text_completion"
-    pieces, finish, finish_at, usage, usage_at, ids = [], None, None, None, None, set()
+    pieces, thoughts, finish, finish_at, usage, usage_at, ids = [], [], None, None, None, None, set()
     for k, c in enumerate(chunks):
         if not isinstance(c, dict):
             problems.append(f"chunk {k} is not an object")
@@ -645,6 +657,13 @@ def read_sse(body, chat, include_usage, status=200, headers=None):
             elif "role" in delta and delta["role"] is not None:
                 problems.append(f"chunk {k} repeats the role")
             piece = delta.get("content")
+            thought = delta.get("reasoning_content")  # Qwen3's thinking, apart (vLLM's delta field)
+            if thought is not None and not isinstance(thought, str):
+                problems.append(f"chunk {k}: reasoning_content of type {type(thought).__name__}")
+            elif thought:
+                if finish is not None:
+                    problems.append(f"chunk {k}: reasoning_content after finish_reason")
+                thoughts.append(thought)
         else:
             piece = c0.get("text")
         if piece is not None and not isinstance(piece, str):
@@ -688,6 +707,7 @@ def read_sse(body, chat, include_usage, status=200, headers=None):
         problems.append(f"a chunk ends inside a UTF-8 character (chunk {split}: {parts[split] if split is not None else b''!r})")
     facts["chunks"] = len(chunks)
     facts["content_chunks"] = len(pieces)
+    facts["reasoning"] = "".join(thoughts) if thoughts else None
     return text, finish, usage, problems, facts
 
 
@@ -737,7 +757,13 @@ def ask(srv, api, body, stream=False, include_usage=False, ascii_only=True):
         return None, None, None, [f"no answer: {r.error}"], {}
     if stream:
         return read_sse(r.body, chat, include_usage, r.status, r.headers)
-    return read_json_answer(r, chat) + ({},)
+    facts = {}
+    if chat and r.status == 200:  # Qwen3's thinking, apart: message.reasoning_content
+        try:
+            facts["reasoning"] = json.loads(r.body.decode("utf-8"))["choices"][0]["message"].get("reasoning_content")
+        except Exception:
+            pass
+    return read_json_answer(r, chat) + (facts,)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1632,19 +1658,426 @@ def test_env_key(m260, tok):
 
 
 # ----------------------------------------------------------------------------------------------
+# 10: the byte-level chat templates: Llama 3 (headers) and Qwen3 (ChatML, thinking)
+
+THINK, END_THINK = 151667, 151668  # Qwen3's <think> and </think>
+BL_SYSTEM = "You are a pirate who likes the sea."
+BL_USERS = ["Hi there! Où est le café? 🐶", "Tell me about the big red ball."]
+# gen_model's arguments after OUT: dim 64, hidden 128, 2 layers, 4 heads over 2 KV heads, context 256
+BL_MODELS = {"llama3": ("serve_rl3_64x2_256_s5.bin", [64, 128, 2, 4, 2, 128256, 256, 5]),
+             "qwen3": ("serve_rq3_64x2_256_s6.bin", [64, 128, 2, 4, 2, 151936, 256, 6])}
+THINKER = ("serve_rq3_thinker_64x2_256_s6.bin", [64, 128, 2, 4, 2, 151936, 256, 6, "--unshared"])
+# The references run on one thread (-j 1): the text is the same on any number (threads split a
+# matmul's rows and the attention's heads, never a sum), and three at once, each with a thread
+# per core that spins between the classifier's 150,000-row matmuls, took 3 to 10 times as long
+# on 2 cores. The servers keep their default, so the comparisons cross thread counts too.
+ONE_THREAD = ["-j", "1"]
+# --quick, and under AddressSanitizer (where each reference takes a second): fewer cases, each path once
+FEW = QUICK or SANITIZED
+BL_TESTS = ["Llama 3 (header template) through the server", "Qwen3 (ChatML, enable_thinking) through the server",
+            "Qwen3: thinking apart in reasoning_content"]
+
+
+def python_with_numpy():
+    """The python3 export.py runs with: $PYTHON, else the first of python3 and /usr/bin/python3
+    that has numpy; (path, None) or (None, why)."""
+    names = [os.environ["PYTHON"]] if os.environ.get("PYTHON") else ["python3", "/usr/bin/python3"]
+    for n in names:
+        exe = shutil.which(n)
+        if exe and subprocess.run([exe, "-c", "import numpy"], capture_output=True).returncode == 0:
+            return exe, None
+    return None, f"no python3 with numpy ({' nor '.join(names)}; PYTHON names one)"
+
+
+def make_thinker(path):
+    """gen_model's Qwen3-vocabulary model (its classifier apart from the embedding) made to write
+    <think> and </think> often, and newlines: every token's embedding gets 1.0 in dimension 0 (so
+    dimension 0 of the last hidden state stays positive: a weight there is a bias), and the
+    classifier's rows of <think>, </think>, "\\n" and "\\n\\n" get 5.0 there. With temperature 1 some
+    answers start with <think> and close it, some never close it, some have no <think>."""
+    import array
+    with open(path, "r+b") as f:
+        head = array.array("i", f.read(28))
+        if sys.byteorder == "big":
+            head.byteswap()
+        dim, vocab = head[0], -head[5]
+        emb = array.array("f", f.read(vocab * dim * 4))
+        emb[0::dim] = array.array("f", [1.0]) * vocab
+        five = array.array("f", [5.0])
+        if sys.byteorder == "big":
+            emb.byteswap(), five.byteswap()
+        f.seek(28)
+        f.write(emb.tobytes())
+        f.seek(-vocab * dim * 4, 2)  # the classifier: the file's last tensor
+        cls = f.tell()
+        for t in (THINK, END_THINK, 198, 271):  # 198 "\n", 271 "\n\n"
+            f.seek(cls + t * dim * 4)
+            f.write(five.tobytes())
+
+
+def split_thinking(want):
+    """./run's answer as a server must return it with Qwen3's thinking on (vLLM's convention):
+    an answer that starts with "<think>" is reasoning up to the first "</think>", without the
+    newlines at its two ends, and content after it, without the newlines at its start; any other
+    is all content. One cut (max_tokens) before its "</think>" is reasoning only, without the
+    newlines at its start (llama-server's way; some vLLM versions make it all content instead).
+    (reasoning bytes or None, the content's Want)."""
+    if want.error or not want.text.startswith(b"<think>"):
+        return None, want
+    rest = want.text[len(b"<think>"):]
+    end = rest.find(b"</think>")
+    if end < 0:
+        reasoning, content = rest.lstrip(b"\n"), b""
+    else:
+        reasoning, content = rest[:end].strip(b"\n"), rest[end + len(b"</think>"):].lstrip(b"\n")
+    return reasoning, Want(content, want.finish, want.prompt_tokens, want.completion_tokens)
+
+
+class Ask:
+    """A request of these checks and ./run alone's answer it must be (a Want or a Future of one);
+    think: Qwen3 with thinking on, the answer's <think>...</think> goes to reasoning_content;
+    text_only: the reference knows the text, not the finish_reason."""
+    def __init__(self, name, srv, api, body, want, stream=False, include_usage=False, think=False, text_only=False):
+        self.name, self.srv, self.api, self.body, self.want = name, srv, api, body, want
+        self.stream, self.include_usage, self.think, self.text_only, self.got = stream, include_usage, think, text_only, None
+
+
+def send_all(asks, clients):
+    """Every request at once from `clients` threads (so the servers batch them)."""
+    q = queue.Queue()
+    for a in asks:
+        q.put(a)
+
+    def client():
+        while True:
+            try:
+                a = q.get_nowait()
+            except queue.Empty:
+                return
+            a.got = ask(a.srv, a.api, a.body, a.stream, a.include_usage)
+
+    ts = [threading.Thread(target=client) for _ in range(clients)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def wanted(a):
+    return a.want.result() if isinstance(a.want, concurrent.futures.Future) else a.want
+
+
+def judge(a):
+    """One check: the answer's content (and reasoning_content) are ./run's alone."""
+    want = wanted(a)
+    text, finish, usage, problems, facts = a.got
+    if a.text_only and not want.error:
+        want = Want(want.text, finish)
+    reasoning = None
+    if not want.error and isinstance(want.text, str):  # a fresh server's answer: its reasoning too
+        reasoning = getattr(want, "reasoning", None)
+    elif a.think:
+        reasoning, want = split_thinking(want)
+    why = differences(text, finish, usage, problems, want)
+    got = facts.get("reasoning")
+    if not want.error and text is not None:
+        if not reasoning:  # all content: no reasoning_content (or an empty one)
+            if got:
+                why.append(f"reasoning_content {show(got)}, but the answer is all content "
+                           f"({'no <think> at its start' if a.think else 'thinking off'})")
+        elif got != as_sent(reasoning, got or ""):
+            why.append(f"reasoning_content {'absent' if got is None else show(got)}, ./run's thinking "
+                       f"{show(as_sent(reasoning, got or ''))}")
+    return check(a.name, not why, "; ".join(why))
+
+
+def greedy():
+    return {"temperature": 0}, (0.0, 0.9, 1), []
+
+
+def seeded(seed, t=0.9, p=1.0, k=None):
+    """Seeded sampling. top_p below 1 only after a top_k: over a vocabulary of 150,000 a random
+    model's flat distribution makes the nucleus sort most of it, 35 ms a token."""
+    body, extra = {"temperature": t, "top_p": p, "seed": seed}, []
+    if k:
+        body["top_k"], extra = k, ["-K", str(k)]
+    return body, (t, p, seed), extra
+
+
+def chat_ask(name, srv, user, n, sampling, stream=False, include_usage=False, kwargs=None, alone_e=None, think=False):
+    """A chat of BL_SYSTEM and `user` against ./run -m chat -y BL_SYSTEM -i user (with -e alone_e)."""
+    sbody, (t, p, seed), extra = sampling
+    body = dict(sbody, messages=[{"role": "system", "content": BL_SYSTEM}, {"role": "user", "content": user}],
+                max_tokens=n)
+    if kwargs is not None:
+        body["chat_template_kwargs"] = kwargs
+    extra = extra + ONE_THREAD + (["-e", str(alone_e)] if alone_e is not None else [])
+    want = POOL.submit(alone_chat, srv.model, srv.tok, BL_SYSTEM, user, n, t, p, seed, extra)
+    return Ask(name, srv, "chat", body, want, stream, include_usage, think)
+
+
+def completion_ask(name, srv, prompt, n, sampling, stream=False, include_usage=False):
+    sbody, (t, p, seed), extra = sampling
+    want = POOL.submit(alone_completion, srv.model, srv.tok, prompt, n, t, p, seed, extra + ONE_THREAD)
+    return Ask(name, srv, "completions", dict(sbody, prompt=prompt, max_tokens=n), want, stream, include_usage)
+
+
+def fresh_answer(R, body):
+    """A fresh single-request server's answer: the reference of a multi-turn chat."""
+    text, finish, usage, problems, facts = ask(R, "chat", body)
+    if text is None or problems:
+        return Want(error=f"the fresh single-request server: {'; '.join(problems)}")
+    w = Want(text, finish)
+    w.reasoning = facts.get("reasoning")
+    return w
+
+
+def chat_turns(model, tok, system, users, n):
+    """./run -m chat -y SYSTEM -a N -t 0 with the users' lines on stdin: its answers (bytes), or
+    (None, why)."""
+    out, err, rc = run_alone([model, "-z", tok, "-m", "chat", "-y", system, "-a", str(n), "-n", "0", "-t", "0"]
+                             + ONE_THREAD,
+                             stdin="".join(u + "\n" for u in users).encode("utf-8"))
+    head, sep, tail = b"User: Assistant: ", b"\nUser: Assistant: ", b"\nUser: \n"
+    if rc != 0 or not out.startswith(head) or not out.endswith(tail):
+        return None, f"./run -m chat with {len(users)} lines on stdin: exit {rc}, stdout {out[:60]!r}; {err.strip()[:200]}"
+    answers = out[len(head):-len(tail)].split(sep)
+    if len(answers) != len(users):
+        return None, f"./run -m chat: {len(answers)} answers to {len(users)} lines"
+    return answers, None
+
+
+def stop_servers(label, servers):
+    rcs = [(s.name, s.stop(30 * SLOW)) for s in servers]
+    check(f"{label}: its servers exit 0 on SIGTERM", all(rc == 0 for _, rc in rcs), f"{rcs}")
+
+
+def test_byte_level(label, model, tok, qwen):
+    """Llama 3's header template or Qwen3's ChatML through the server: chats of a system and a
+    user message (greedy and seeded, streamed and not, batched on -b 4) are ./run -m chat's
+    answers; 3-turn chats a fresh -b 1 server's; completions ./run's; Qwen3's enable_thinking (in
+    a request, and -e 0 on the command line) picks -m chat -e 0's or -e 1's answer; with Llama 3,
+    enable_thinking false is a 400. With Qwen3's thinking on, an answer that starts with <think>
+    comes apart (split_thinking()); this random model's answers hardly ever do (<think> is one
+    token in 151,936), so here they check that all is content and there is no reasoning_content;
+    test_thinker() has a model that thinks."""
+    M = Server(f"{label} M", model, tok, "-b", "4")
+    R = Server(f"{label} R", model, tok, "-b", "1")
+    E = Server(f"{label} E", model, tok, "-b", "2", "-e", "0") if qwen else None
+    servers = [s for s in (M, R, E) if s]
+    bad = [s.error for s in servers if s.error]
+    if bad:
+        check(f"{label}: the servers start", False, "; ".join(bad))
+        return
+    u0, u1 = BL_USERS[0], BL_USERS[1]
+    asks = [chat_ask(f"{label}: a chat (system + user), greedy: ./run -m chat's answer", M, u0, 40, greedy(),
+                     think=qwen),
+            chat_ask(f"{label}: a chat, seeded, streamed (+usage): ./run -m chat's answer", M, u0, 40, seeded(11),
+                     True, True, think=qwen),
+            completion_ask(f"{label}: a completion, seeded, streamed (+usage): ./run's", M,
+                           "Once upon a time, the pirate", 30, seeded(13, 0.8), True, True)]
+    if not FEW:
+        asks += [chat_ask(f"{label}: a chat, greedy, streamed: ./run -m chat's answer", M, u1, 50, greedy(), True,
+                          think=qwen),
+                 chat_ask(f"{label}: a chat, seeded with top_k 40: ./run -m chat -K 40's answer", M, u1, 50,
+                          seeded(12, 1.0, 0.9, 40), think=qwen),
+                 chat_ask(f"{label}: a chat that max_tokens 3 cuts (finish_reason length)", M, u1, 3, seeded(14),
+                          think=qwen),
+                 completion_ask(f"{label}: a completion, greedy: ./run's", M, "Où est le café? 12 + 30 =", 40, greedy())]
+    if qwen:
+        off, on = {"enable_thinking": False}, {"enable_thinking": True}
+        asks += [chat_ask(f"{label}: enable_thinking false, greedy: ./run -m chat -e 0's answer", M, u0, 40, greedy(),
+                          kwargs=off, alone_e=0),
+                 chat_ask(f"{label}: a server with -e 0, no chat_template_kwargs: ./run -m chat -e 0's answer", E, u0,
+                          40, greedy(), alone_e=0),
+                 chat_ask(f"{label}: a server with -e 0, enable_thinking true: ./run -m chat -e 1's answer", E, u0, 40,
+                          greedy(), kwargs=on, alone_e=1, think=True)]
+        if not FEW:
+            asks += [chat_ask(f"{label}: enable_thinking false, seeded, streamed: ./run -m chat -e 0's answer", M, u1,
+                              50, seeded(15), True, kwargs=off, alone_e=0),
+                     chat_ask(f"{label}: enable_thinking true, greedy, streamed: ./run -m chat -e 1's answer", M, u1,
+                              50, greedy(), True, kwargs=on, alone_e=1, think=True),
+                     chat_ask(f"{label}: a server with -e 0, no chat_template_kwargs, seeded, streamed: "
+                              f"./run -m chat -e 0's answer", E, u1, 50, seeded(16), True, True, alone_e=0)]
+    elif not FEW:  # Llama 3's template has no thinking to turn on: accepted, the same answer
+        asks.append(chat_ask(f"{label}: enable_thinking true (nothing to turn on): ./run -m chat's answer", M, u0, 40,
+                             greedy(), kwargs={"enable_thinking": True}))
+    # the multi-turn chats: the same request on the fresh single-request server first
+    first = asks[0]
+    got = ask(R, "chat", first.body)
+    first_on_r = Ask(f"{label}: the fresh -b 1 server: a 1-turn chat is ./run -m chat's answer", R, "chat",
+                     first.body, first.want, think=qwen)
+    first_on_r.got = got
+    judge(first_on_r)
+    multi = [(f"{label}: a 3-turn chat, greedy: the fresh -b 1 server's answer", MULTI_TURN,
+              {"max_tokens": 40, "temperature": 0}, False)]
+    if not FEW:
+        multi.append((f"{label}: a 3-turn chat, seeded, streamed: the fresh -b 1 server's answer", MULTI_TURN,
+                      {"max_tokens": 40, "temperature": 0.9, "top_p": 1.0, "seed": 21}, True))
+    for name, messages, settings, stream in multi:
+        body = dict(settings, messages=messages)
+        asks.append(Ask(name, M, "chat", body, fresh_answer(R, body), stream))
+    three_turns = asks[-len(multi)]
+    if qwen:
+        # Qwen3's template keeps an earlier answer without its thinking: the same answer as without it
+        thought = [dict(m, content=f"<think>\nThe user said: {MULTI_TURN[i - 1]['content']}\n</think>\n\n{m['content']}")
+                   if m["role"] == "assistant" else m for i, m in enumerate(MULTI_TURN)]
+        asks.append(Ask(f"{label}: a 3-turn chat whose earlier answers have <think>...</think>: the same answer "
+                        f"(the template drops them)", M, "chat", dict(multi[0][2], messages=thought),
+                        three_turns.want))
+        # the earlier turns as ./run -m chat leaves them in its context (ChatML: the template's
+        # tokens of its answer's text): its third answer to three lines on stdin
+        users = [m["content"] for m in MULTI_TURN if m["role"] == "user"]
+        answers, why = chat_turns(model, tok, MULTI_TURN[0]["content"], users, 16)
+        name = f"{label}: a 3-turn chat of ./run -m chat's own first answers (3 lines on stdin, greedy): its third answer"
+        if why:
+            check(name, False, why)
+        else:
+            try:
+                earlier = [a.decode("utf-8") for a in answers[:2]]
+            except UnicodeDecodeError:
+                earlier = None
+                skip(name, f"an earlier answer is not UTF-8, which JSON cannot carry: {answers[:2]!r}")
+            if earlier is not None:
+                messages = [MULTI_TURN[0], {"role": "user", "content": users[0]},
+                            {"role": "assistant", "content": earlier[0]}, {"role": "user", "content": users[1]},
+                            {"role": "assistant", "content": earlier[1]}, {"role": "user", "content": users[2]}]
+                # text only: -m chat's answers do not say whether the third stopped or was cut
+                asks.append(Ask(name, M, "chat", {"messages": messages, "max_tokens": 16, "temperature": 0},
+                                Want(answers[2]), think=True, text_only=True))
+    else:
+        r = request(M, "POST", "/v1/chat/completions", dict(asks[0].body, chat_template_kwargs={"enable_thinking": False}))
+        why = error_problems(r, 400, param="chat_template_kwargs")
+        check(f"{label}: enable_thinking false (no thinking to turn off): 400 naming chat_template_kwargs", not why,
+              "; ".join(why))
+    for a in asks:  # the references first: the requests then go out together
+        wanted(a)
+    if qwen:
+        e0, e1 = (wanted(next(a for a in asks if a.name.startswith(f"{label}: {what}"))) for what in
+                  ("enable_thinking false, greedy", "a server with -e 0, enable_thinking true"))
+        check(f"{label}: ./run -m chat -e 0 and -e 1 answer differently here (else the enable_thinking checks see nothing)",
+              e0.error or e1.error or e0.text != e1.text, f"both {show(e0.text)}")
+    t0 = time.time()
+    send_all(asks, 6)
+    note(f"{label}: {len(asks)} requests in {time.time() - t0:.1f} s")
+    for a in asks:
+        judge(a)
+    stop_servers(label, servers)
+
+
+def test_thinker(model, tok):
+    """Qwen3's thinking apart, with a model drawn to <think> and </think> (make_thinker()):
+    answers that start with <think> and close it, that never close it (greedy), and that have
+    none, each split as vLLM does against ./run -m chat's text; with enable_thinking false all
+    of it is content."""
+    label = "Qwen3 thinking apart"
+    T = Server("thinker", model, tok, "-b", "4")
+    if T.error:
+        check(f"{label}: the server starts", False, T.error)
+        return
+    # here seed 3 thinks "\n strm" then answers, 13 thinks nothing ("<think></think>"), 6 thinks and
+    # answers, 7 never closes its thinking, 4 has no <think> at its start but a "</think>" later
+    seeds = [(3, True), (13, False)] if FEW else [(3, True), (3, False), (13, True), (13, False), (6, True),
+                                                    (7, False), (4, True)]
+    asks = [chat_ask(f"{label}: seed {s}{', streamed' if stream else ''}", T, BL_USERS[0], 30, seeded(s, 1.0, 1.0),
+                     stream, think=True) for s, stream in seeds]
+    asks.append(chat_ask(f"{label}: greedy, streamed", T, BL_USERS[0], 20, greedy(), True, think=True))
+    # seed 19 with -e 0 starts with <think> here: with thinking off, that is content too
+    asks.append(chat_ask(f"{label}: enable_thinking false: all content, ./run -m chat -e 0's", T, BL_USERS[0], 30,
+                         seeded(19, 1.0, 1.0), kwargs={"enable_thinking": False}, alone_e=0))
+    for a in asks:
+        wanted(a)
+    send_all(asks, 4)
+    kinds = {"closed": 0, "unclosed": 0, "none": 0}
+    for a in asks[:-1]:
+        t = wanted(a).text or b""
+        kinds["none" if not t.startswith(b"<think>") else "closed" if b"</think>" in t else "unclosed"] += 1
+        judge(a)
+    judge(asks[-1])
+    note(f"{label}: of {len(asks) - 1} answers with thinking on, {kinds['closed']} think and close it, "
+         f"{kinds['unclosed']} never close it, {kinds['none']} do not start with <think>")
+    if not kinds["closed"]:
+        skip(f"{label}: an answer that thinks then answers", "none of these seeds' answers closes its <think> here")
+    stop_servers(label, [T])
+
+
+def exported_tokenizers(whiches):
+    """../shared's tokenizer.json of each of `whiches` (llama3, qwen3) as export.py writes it, kept
+    in the golden cache under the hash of export.py and the JSON (so a changed export.py writes
+    them again); ({which: path}, why not for the others)."""
+    import hashlib
+    toks, making, why = {}, [], None
+    for which in whiches:
+        src = os.path.join(SHARED, "tokenizer", which, "tokenizer.json")
+        if not os.path.exists(src):
+            why = f"{src} not found"
+            continue
+        h = hashlib.sha256()
+        for f in (os.path.join(ROOT, "export.py"), src):
+            with open(f, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+        out = os.path.join(golden_cache(), f"serve_tokenizer_{which}_{h.hexdigest()[:16]}.bin")
+        if os.path.exists(out):
+            toks[which] = out
+        else:
+            making.append((which, src, out))
+    if making:
+        python, why_not = python_with_numpy()
+        if not python:
+            return toks, why_not
+        runs = [(which, src, out, f"{out}.{os.getpid()}") for which, src, out in making]
+        procs = [subprocess.Popen([python, os.path.join(ROOT, "export.py"), tmp, "--tokenizer", src], cwd=ROOT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _, src, _, tmp in runs]
+        for (which, src, out, tmp), p in zip(runs, procs):  # the two at once
+            _, err = p.communicate()
+            if check(f"{python} export.py OUT --tokenizer {src}", p.returncode == 0,
+                     f"exit {p.returncode}: {err.decode(errors='replace')[-300:]}"):
+                os.replace(tmp, out)
+                toks[which] = out
+            else:
+                why = "export.py failed"
+    return toks, why
+
+
+def test_templates():
+    toks, why = exported_tokenizers(["llama3", "qwen3"])
+    for (which, label, qwen), name in zip((("llama3", "Llama 3", False), ("qwen3", "Qwen3", True)), BL_TESTS):
+        model, why_model = random_model(*BL_MODELS[which])
+        if which not in toks or not model:
+            skip(name, why if which not in toks else why_model)
+            continue
+        test_byte_level(label, model, toks[which], qwen)
+    model, why_model = random_model(*THINKER, craft=make_thinker)
+    if "qwen3" not in toks or not model:
+        skip(BL_TESTS[2], why if "qwen3" not in toks else why_model)
+    else:
+        test_thinker(model, toks["qwen3"])
+
+
+# ----------------------------------------------------------------------------------------------
 # The slow model: 4 (beside a stream; queue full), 6, 8
 
-def slow_model():
-    """A random-weight model of stories15M's shape with a 1024-position context and Llama 2's
-    vocabulary, written by ../shared/tools/gen_model.c into the golden cache; (path, None) or
-    (None, why)."""
+def golden_cache():
+    d = os.environ.get("GOLDEN_CACHE") or os.path.join(tempfile.gettempdir(), "llm-golden-cache")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+_gen_lock = threading.Lock()  # one thread at a time builds gen_model and writes a model
+
+
+def random_model(name, args, craft=None):
+    """The random-weight model `name` in the golden cache, written by ../shared/tools/gen_model.c
+    with these arguments (after OUT), then changed by craft(path) if given (a name is one recipe:
+    made once, then taken from the cache); (path, None) or (None, why)."""
     gen_c = os.path.join(SHARED, "tools", "gen_model.c")
     if not os.path.exists(gen_c):
         return None, f"{gen_c} not found"
-    d = os.environ.get("GOLDEN_CACHE") or os.path.join(tempfile.gettempdir(), "llm-golden-cache")
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "serve_r15M_1024_s7.bin")
-    if not os.path.exists(path):
+    d = golden_cache()
+    path = os.path.join(d, name)
+    with _gen_lock:
+        if os.path.exists(path):
+            return path, None
         gen = os.path.join(d, "gen_model")
         if not os.path.exists(gen):
             cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
@@ -1655,10 +2088,19 @@ def slow_model():
                 return None, "gen_model.c did not build"
             os.replace(tmp, gen)
         tmp = f"{path}.{os.getpid()}"
-        if subprocess.run([gen, tmp, "288", "768", "6", "6", "6", "32000", "1024", "7"]).returncode != 0:
+        if subprocess.run([gen, tmp] + [str(a) for a in args]).returncode != 0:
             return None, "gen_model failed"
+        if craft:
+            craft(tmp)
         os.replace(tmp, path)
     return path, None
+
+
+def slow_model():
+    """A random-weight model of stories15M's shape with a 1024-position context and Llama 2's
+    vocabulary, written by ../shared/tools/gen_model.c into the golden cache; (path, None) or
+    (None, why)."""
+    return random_model("serve_r15M_1024_s7.bin", [288, 768, 6, 6, 6, 32000, 1024, 7])
 
 
 SLOW_TESTS = ["a long stream beside every bad request: unchanged", "queue full: 503 with Retry-After",
@@ -1878,7 +2320,8 @@ def main():
             check(f"{f.__name__}", False, f"{type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=guarded, args=(f,) + a) for f, a in
-               ((test_idle_client, (H,)), (test_trickle_client, (H,)), (test_slow, (m260, tok512)))]
+               ((test_idle_client, (H,)), (test_trickle_client, (H,)), (test_slow, (m260, tok512)),
+                (test_templates, ()))]
     for t in threads:
         t.start()
 
