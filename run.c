@@ -8373,7 +8373,7 @@ typedef struct {
     /* fixed at start */
     const Tokenizer *tok;
     int seq_len;             /* a request's context: the model's, or the KV pool if smaller */
-    int vocab_size, longest_piece;
+    int longest_piece;       /* bytes: a prompt longer than the context times this is refused unread */
     const char *model_name, *api_key;
     long long body_limit;
     Request defaults;        /* the command line's sampling settings, -n and -y */
@@ -9011,9 +9011,8 @@ typedef struct {
     int answered;           /* it has had an answer: waiting for the next request, it is idle */
 } Connection;
 
-static double serve_now(void) { return seconds_now(); }
 
-/* Updates the gauges of /metrics (under the lock). */
+/* Counts an ended request by why it ended, for /metrics (under the lock). */
 static void count_outcome(Server *sv, const char *reason) {
     ServerMetrics *m = &sv->metrics;
     if (strcmp(reason, "stop") == 0) m->stopped++;
@@ -9345,7 +9344,7 @@ static void *io_thread(void *arg) {
     int listener = io->listener, n_open = 0, seen_signals = 0;
     double stop_deadline = 0;
     for (;;) {
-        double now = serve_now();
+        double now = seconds_now();
         /* signals: the first stops new connections, the second cuts the running answers */
         if (signals_received != seen_signals) {
             seen_signals = signals_received;
@@ -9398,7 +9397,7 @@ static void *io_thread(void *arg) {
         if (listener >= 0) fds[n] = (struct pollfd){.fd = listener, .events = POLLIN}, slot[n++] = -2;
         int wait_ms = next > now ? (int)((next - now) * 1000) + 1 : 0;
         if (poll(fds, n, wait_ms) < 0 && errno != EINTR) fail("serve: poll: %s", strerror(errno));
-        now = serve_now();
+        now = seconds_now();
         for (int k = 0; k < n; k++) {
             if (slot[k] == -1) { /* the wake-up pipe: empty it */
                 char drain[64];
@@ -9475,7 +9474,7 @@ static void serve(Model *m, const Tokenizer *tok, const Options *o) {
     Server *sv = xcalloc(1, sizeof *sv);
     pthread_mutex_init(&sv->lock, NULL);
     pthread_cond_init(&sv->work, NULL);
-    sv->tok = tok, sv->vocab_size = c->vocab_size;
+    sv->tok = tok;
     for (int id = 0; id < tok->vocab_size; id++)
         if (piece_len(tok, id) > sv->longest_piece) sv->longest_piece = piece_len(tok, id);
     const char *slash = strrchr(o->checkpoint, '/');
