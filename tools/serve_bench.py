@@ -15,15 +15,19 @@ each client sends four or more. For each row:
               pooled; p50 and p99.
   peak RSS    the server's VmHWM (/proc/PID/status) at the end of the row (each row starts a
               fresh server, so that this is the row's own).
+  load gen. CPU  the CPU time this script took during the row, as a share of the machine: the
+              clients run on the same 2 cores as the server.
   tokens/req  completion tokens per request (random weights stop at EOS now and then, and the
               two servers' weights differ by their rounding, so their answers do too).
 The servers, started by this script on 2 threads, each with B slots (--slots, default 8):
   ours        ./run MODEL.bin -z tokenizer.bin -m serve -o 0 -b B -j 2 -t 0 (the port from the
               "127.0.0.1:PORT" line on its stderr; SIGTERM at the end must give exit status 0)
-  llama-server  llama-server -m MODEL.gguf -np B -c CTX*B --port P -t 2 (ready when GET /health
+  llama       llama-server -m MODEL.gguf -np B -c CTX*B --port P -t 2 (ready when GET /health
               answers 200), CTX the model's context, so that both hold B full contexts
-Each row is run in --rounds rounds (default 3), the two servers alternating and which goes
-first alternating too (the machine's speed drifts over minutes); the table gives the medians
+  llama-fa    the same with -fa (flash attention: faster here at few clients, about the same at
+              8; tools/bench.py gives llama-batched-bench -fa too)
+Each row is run in --rounds rounds (default 3), the servers taking turns, in an order that
+reverses from row to row (the machine's speed drifts over minutes); the table gives the medians
 of the rounds and the spread (lowest-highest) of tok/s, and the largest peak RSS.
 
 Beside them, batch mode on the same 32 requests: ./run MODEL -m batch -f FILE -b B -j 2 -t 0
@@ -44,12 +48,12 @@ script itself needs only Python's standard library).
 
 usage: python3 tools/serve_bench.py [--quick] [--llama-server PATH] [--clients 1,4,8,16]
                                     [--shape stories110M|tinyllama] [--slots B] [--rounds N]
-                                    [--servers ours,llama] [--kernels SET] [--run PATH]
+                                    [--servers ours,llama,llama-fa] [--kernels SET] [--run PATH]
                                     [--wait-quiet SECONDS] [--max-others PERCENT]
   --quick          one round, clients 1 and 8, 5 shared-prompt requests after the first
   --llama-server   the llama-server binary; default $LLAMA_CPP/build/bin/llama-server, else
                    llama-server on PATH; none: its columns are skipped (and say so)
-  --servers        which servers to run: ours, llama or both (default)
+  --servers        which servers to run, of ours, llama and llama-fa (default: all three)
   --kernels SET    ./run with RUN_KERNELS=SET (the table names the set either way)
   --wait-quiet S   before each row, wait at most S seconds (default 600) for the CPUs to be 90%
                    idle over 3 seconds; "others' load" is the largest share of the machine that
@@ -594,10 +598,11 @@ def main():
                   f"| {ms(med('ttft50'))} | {ms(med('ttft99'))} | {ms(med('tbt50'))} | {ms(med('tbt99'))} "
                   f"| {max(r['rss'] for r in runs):.0f} | {med('tokens/req'):.1f} | {runs[0]['usage']} "
                   f"| {100 * max(r['others'] for r in runs):.0f}% | {100 * med('client'):.0f}% |")
+    print()
     for other in [server_name for server_name in servers if server_name != "ours"] if "ours" in servers else ():
         ratios = [statistics.median(o["tok/s"] / t["tok/s"] for o, t in zip(rows[("ours", c)], rows[(other, c)]))
                   for c in clients_list]
-        print(f"\nours / {label[other]}, tok/s (median of the rounds' ratios): "
+        print(f"ours / {label[other]}, tok/s (median of the rounds' ratios): "
               + ", ".join(f"{c} clients {r:.2f}" for c, r in zip(clients_list, ratios)))
     if batch:
         cmd, rates = batch
