@@ -405,8 +405,8 @@ def load_rows(shape, servers, llama, clients_list, slots, rounds, kernels, quiet
             for server_name in order:
                 for attempt in range(RETRIES + 1):
                     if wait_quiet(quiet_limit) is None:
-                        notes.append(f"{server_name}, {clients} clients, round {round + 1}: the CPUs were not idle "
-                                     f"after {quiet_limit} s of waiting; run anyway")
+                        print(f"  ({server_name} {clients} clients: the CPUs were not idle after {quiet_limit:.0f} s "
+                              "of waiting; run anyway)", file=sys.stderr)
                     server = starts[server_name]()
                     try:
                         stream_request(server.port, "Once upon a time", 4)  # warm-up, not counted
@@ -524,6 +524,20 @@ def ms(seconds):
 
 def main():
     args = sys.argv[1:]
+    if "-h" in args or "--help" in args:
+        print(__doc__)
+        return
+    known = {"--quick"}
+    valued = {"--shape", "--clients", "--slots", "--rounds", "--kernels", "--run", "--servers", "--wait-quiet",
+              "--max-others", "--llama-server"}
+    i = 0
+    while i < len(args):
+        if args[i] in valued:
+            i += 2
+        elif args[i] in known:
+            i += 1
+        else:
+            sys.exit(f"serve_bench: unknown argument {args[i]} (--help lists them)")
 
     def option(flag, default):
         if flag not in args:
