@@ -60,18 +60,24 @@ first only), 64 prompts of about 100 tokens with 128 generated each, at -b 1,
 median generated tok/s of the whole run, the median of each round's ratio to
 its -b 1, the ratio to generate's decode speed, and peak RSS beside the file
 and the KV pool.
+Each decode row gives the bytes a step reads times its speed (GB/s) beside the
+roof: a plain streaming read of the same file on as many threads (ROOF_C).
+Then, with LLAMA_CPP, the 1.1B shape's decode and prefill beside llama-bench on
+F32, Q8_0 and Q4_K_M GGUFs of the same weights (decode_beside_llama_cpp()).
+
 Then, if LLAMA_CPP names a llama.cpp folder built with cmake, batch mode beside
 its llama-batched-bench on the same weights as Q8_0 (llama_cpp_bench()).
 
-usage: python3 tools/bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only] [--batch-only]
+usage: python3 tools/bench.py [--quick] [--long] [--long-only] [--kernels SET] [--compare-only] [--batch-only] [--beside-only]
   --quick         only the two small shapes
   --batch-only    only the batch mode tables, with each KV cache (-c fp32, -c int8),
                   and beside llama.cpp
   --long          also the 1.1B shape near position 2000 (above)
   --long-only     only that
-  --kernels SET   run every ./run row with RUN_KERNELS=SET (plain, sse, avx2,
+  --kernels SET   run every ./run row with RUN_KERNELS=SET (plain, sse, avx2, avxvnni,
                   avx512, vnni; neon on ARM64); the comparison's default is avx2
   --compare-only  only the table beside llama2.c
+  --beside-only   only the 1.1B shape's decode and prefill beside llama.cpp's llama-bench
 """
 import os
 import re
@@ -344,15 +350,15 @@ def batch_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), cache="fp32")
               + ", ".join(f"-b {b} {min(ratios[b]):.2f}-{max(ratios[b]):.2f}" for b in BATCH_SIZES[1:]) + ")")
 
 
-def gguf_model(name, fp32):
+def gguf_model(name, fp32, kind="Q8_0"):
     """The fp32 weights of one shape (read by export.py's BinSource) as a GGUF
     of llama.cpp's Q8_0 (blocks of 32 int8 values and an fp16 scale: 1.0625
-    bytes a weight, as export.py's int8 with groups of 64), written once by
+    bytes a weight, as export.py's int8 with groups of 64) or F32, written once by
     tests/gguf_reference.py (llama.cpp's reference quantizer, its converter's
     metadata and Llama 2 vocabulary, from ../shared's tokenizer.model). The
     classifier is the embedding's, as in the file; the query and key rows are
     already in the order llama.cpp's rotation pairs them (run.c's)."""
-    path = os.path.join(CACHE, name + "_q8_0.gguf")
+    path = os.path.join(CACHE, f"{name}_{kind.lower()}.gguf")
     if os.path.exists(path):
         return path
     sys.path.insert(0, HERE)
@@ -367,8 +373,8 @@ def gguf_model(name, fp32):
 
     def tensor(gguf_name, name, layer=None):
         w = source.tensor(name, layer)
-        kind = "F32" if w.ndim == 1 else "Q8_0"
-        return gguf_name, w.shape, kind, gguf_encode(w, kind)
+        form = "F32" if w.ndim == 1 else kind
+        return gguf_name, w.shape, form, gguf_encode(w, form)
 
     names = (("attn_norm", "attention_norm"), ("attn_q", "wq"), ("attn_k", "wk"), ("attn_v", "wv"),
              ("attn_output", "wo"), ("ffn_norm", "ffn_norm"), ("ffn_gate", "w1"), ("ffn_up", "w3"),
@@ -385,7 +391,7 @@ def gguf_model(name, fp32):
         vocab_kv = llama2_vocab_kv(os.path.join(SHARED, "tokenizer", "llama2.model"))
     except ImportError:
         sys.exit("bench: writing the GGUF's vocabulary for llama.cpp needs sentencepiece (python3-sentencepiece)")
-    write_gguf(path + ".tmp", gguf_llama_kv(config, 7) + vocab_kv, tensors)  # 7: Q8_0
+    write_gguf(path + ".tmp", gguf_llama_kv(config, {"F32": 0, "Q8_0": 7}[kind]) + vocab_kv, tensors)
     os.replace(path + ".tmp", path)
     return path
 
@@ -402,13 +408,12 @@ def llama_cpp_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), rounds=2)
     $LLAMA_CPP: a llama.cpp folder built with cmake
     (build/bin/llama-batched-bench); unset, this table is skipped and says so."""
     import json
-    folder = os.environ.get("LLAMA_CPP")
-    binary = os.path.join(folder or "", "build", "bin", "llama-batched-bench")
-    if not folder or not os.path.exists(binary):
-        reason = "LLAMA_CPP is not set" if not folder else f"{binary} not found"
+    binary, reason = llama_cpp_folder("llama-batched-bench")
+    if not binary:
         print(f"batch mode beside llama.cpp: skipped ({reason}; LLAMA_CPP=/path/to/llama.cpp, built with cmake)")
         return
-    commit = subprocess.run(["git", "-C", folder, "log", "-1", "--format=%h"], capture_output=True, text=True)
+    commit = subprocess.run(["git", "-C", os.environ["LLAMA_CPP"], "log", "-1", "--format=%h"], capture_output=True,
+                            text=True)
     threads, new, sizes = 2, BATCH_NEW, ",".join(str(b) for b in BATCH_SIZES)
     print(f"batch mode beside llama.cpp {commit.stdout.strip() or '(no git)'} (llama-batched-bench -fa), one wave of B "
           f"prompts of {BATCH_WORDS + 1} tokens, {new} generated each, {threads} threads, best of {rounds}:")
@@ -443,6 +448,79 @@ def llama_cpp_bench(kernels, shapes=("stories110M", "TinyLlama-1.1B"), rounds=2)
         for b in BATCH_SIZES:
             print(f"  {name:<16} {b:>3} {ours[b]:>12.1f} {theirs[b]:>16.1f} {ours[b] / theirs[b]:>6.2f}"
                   f" {theirs_tg[b]:>15.1f}", flush=True)
+
+
+def llama_cpp_folder(program):
+    """$LLAMA_CPP/$LLAMA_CPP_BUILD/bin/program (LLAMA_CPP_BUILD: default build), or None and why not."""
+    folder = os.environ.get("LLAMA_CPP")
+    binary = os.path.join(folder or "", os.environ.get("LLAMA_CPP_BUILD", "build"), "bin", program)
+    if not folder:
+        return None, "LLAMA_CPP is not set"
+    return (binary, None) if os.path.exists(binary) else (None, f"{binary} not found")
+
+
+def decode_beside_llama_cpp(kernels, name="TinyLlama-1.1B", rounds=5, steps=32):
+    """Decode and prefill of one shape beside llama.cpp's llama-bench, 2 threads: ./run
+    on its fp32, int8 (groups of 64) and Q4_K_M files, llama.cpp on F32, Q8_0 and
+    Q4_K_M GGUFs of the same fp32 weights (Q4_K_M: llama-quantize's, which ./run
+    imports as it is, so both read the same blocks). Decode: the prompt "Once" and
+    `steps` tokens (llama-bench -n steps); prefill: the 200-word prompt (-p 201).
+    `rounds` rounds, the two programs alternating and which goes first alternating;
+    medians and spreads, and each one's GB/s against the streaming-read roof of its
+    own file. Skipped (and says why) without llama-bench (LLAMA_CPP)."""
+    import json
+    bench_binary, why = llama_cpp_folder("llama-bench")
+    quantize, why_q = llama_cpp_folder("llama-quantize")
+    if not bench_binary or not quantize:
+        print(f"decode beside llama.cpp: skipped ({why or why_q}; LLAMA_CPP=/path/to/llama.cpp, built with cmake)")
+        return
+    args = dict((n, a) for n, a, _ in SHAPES)[name]
+    fp32, int8 = models(name, args)
+    f32_gguf, q8_gguf = gguf_model(name, fp32, "F32"), gguf_model(name, fp32, "Q8_0")
+    q4_gguf = os.path.join(CACHE, name + "_q4_k_m.gguf")
+    if not os.path.exists(q4_gguf):
+        subprocess.run([quantize, f32_gguf, q4_gguf + ".tmp", "Q4_K_M", "2"], check=True, capture_output=True)
+        os.replace(q4_gguf + ".tmp", q4_gguf)
+    q4_ours = os.path.join(CACHE, name + "_q4_k_m.bin")
+    if not os.path.exists(q4_ours):
+        subprocess.run([python_with_numpy(), os.path.join(HERE, "export.py"), q4_ours + ".tmp", "--gguf", q4_gguf,
+                        "--version", "3"], check=True, capture_output=True)
+        os.replace(q4_ours + ".tmp", q4_ours)
+    commit = subprocess.run(["git", "-C", os.environ["LLAMA_CPP"], "log", "-1", "--format=%h"], capture_output=True,
+                            text=True).stdout.strip()
+    threads, prompt = 2, " ".join(["hello world"] * 100)
+    print(f"\n{name} beside llama.cpp {commit or '(no git)'} llama-bench ({os.path.dirname(bench_binary)}), "
+          f"{threads} threads, ./run kernels {kernels or 'the best the CPU has'}; CPU: {cpu_name()}; medians of {rounds} "
+          f"alternated rounds (spread); GB/s = tok/s x bytes a step reads, roof = a streaming read of the file")
+    print(f"  {'weights':<16} {'decode ./run':>13} {'llama.cpp':>17} {'ratio':>6} {'./run of roof':>14} "
+          f"{'llama of roof':>14} {'prefill ./run':>17} {'llama.cpp':>17} {'ratio':>6}")
+    for label, ours_file, theirs_file in (("int8 / Q8_0", int8, q8_gguf), ("fp32 / F32", fp32, f32_gguf),
+                                          ("Q4_K_M", q4_ours, q4_gguf)):
+        got = {"ours_d": [], "ours_p": [], "theirs_d": [], "theirs_p": []}
+        for r in range(rounds):
+            for who in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
+                if who == "ours":
+                    prefill, _, _, _ = run(ours_file, threads, prompt, 201, kernels)
+                    _, decode, _, _ = run(ours_file, threads, "Once", steps, kernels)
+                else:
+                    cmd = [bench_binary, "-m", theirs_file, "-p", "201", "-n", str(steps), "-t", str(threads),
+                           "-r", "1", "-o", "jsonl"]
+                    p = subprocess.run(cmd, capture_output=True, text=True)
+                    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+                    if p.returncode != 0 or len(rows) != 2:
+                        sys.exit(f"bench: {' '.join(cmd)} failed: {p.stderr.strip()[-1000:]}")
+                    prefill = next(row["avg_ts"] for row in rows if row["n_prompt"] > 0)
+                    decode = next(row["avg_ts"] for row in rows if row["n_gen"] > 0)
+                got[who + "_d"].append(decode)
+                got[who + "_p"].append(prefill)
+        med = {k: statistics.median(v) for k, v in got.items()}
+        spread = {k: f"{min(v):.1f}-{max(v):.1f}" for k, v in got.items()}
+        ours_share = med["ours_d"] * bytes_per_token(ours_file) / 1e9 / streaming_roof(ours_file, threads)
+        theirs_share = med["theirs_d"] * os.path.getsize(theirs_file) / 1e9 / streaming_roof(theirs_file, threads)
+        print(f"  {label:<16} {med['ours_d']:>5.1f} ({spread['ours_d']:>9}) {med['theirs_d']:>5.1f} "
+              f"({spread['theirs_d']:>9}) {med['ours_d'] / med['theirs_d']:>5.2f}x {ours_share:>14.0%} "
+              f"{theirs_share:>14.0%} {med['ours_p']:>6.1f} ({spread['ours_p']:>11}) {med['theirs_p']:>5.1f} "
+              f"({spread['theirs_p']:>11}) {med['ours_p'] / med['theirs_p']:>5.2f}x", flush=True)
 
 
 def speculative_bench(kernels):
@@ -606,13 +684,16 @@ def main():
     if "--kernels" in sys.argv:
         i = sys.argv.index("--kernels")
         if i + 1 >= len(sys.argv):
-            sys.exit("bench: --kernels needs a kernel set (plain, sse, avx2, avx512, vnni, neon)")
+            sys.exit("bench: --kernels needs a kernel set (plain, sse, avx2, avxvnni, avx512, vnni, neon)")
         kernels = sys.argv[i + 1]
     if not os.path.exists(os.path.join(SHARED, "tools", "gen_model.c")):
         sys.exit(f"bench: {SHARED}/tools/gen_model.c not found")
     prompt = " ".join(["hello world"] * 100)  # 201 tokens with BOS
     if compare_only:
         compare(prompt, kernels or "avx2")
+        return
+    if "--beside-only" in sys.argv:
+        decode_beside_llama_cpp(kernels)
         return
     if "--batch-only" in sys.argv:
         for cache in ("fp32", "int8"):
@@ -642,9 +723,11 @@ def main():
                 size = os.path.getsize(model) / 2**20
                 dim, _, layers, heads, kv_heads = (int(a) for a in args.split()[:5])
                 kv_cache = 2 * layers * 201 * (dim // heads * kv_heads) * 4 / 2**20  # K and V, fp32, 201 positions
-                rows.append((name, kind, threads, decode, prefill, rss, size, size + kv_cache + 16))
-                print(f"  {name} {kind} {threads} thread(s): decode {decode:.1f}, prefill {prefill:.1f} tok/s",
-                      file=sys.stderr)
+                moved = decode * bytes_per_token(model) / 1e9
+                roof = streaming_roof(model, threads)
+                rows.append((name, kind, threads, decode, prefill, rss, size, size + kv_cache + 16, moved, roof))
+                print(f"  {name} {kind} {threads} thread(s): decode {decode:.1f} ({moved:.1f} GB/s, "
+                      f"roof {roof:.1f}), prefill {prefill:.1f} tok/s", file=sys.stderr)
     for name, shape, steps, which in [] if quick else VOCAB_SHAPES:
         tokenizer = shared_tokenizer(which)
         if tokenizer is None:
@@ -659,13 +742,20 @@ def main():
         size = os.path.getsize(model) / 2**20
         dim, _, layers, heads, kv_heads, _, head_size, _ = shape
         kv_cache = 2 * layers * 201 * ((head_size or dim // heads) * kv_heads) * 4 / 2**20
-        rows.append((name, "int8", cores, decode, prefill, rss, size, size + kv_cache + 16))
+        moved, roof = decode * bytes_per_token(model) / 1e9, streaming_roof(model, cores)
+        rows.append((name, "int8", cores, decode, prefill, rss, size, size + kv_cache + 16, moved, roof))
         print(f"  {name} int8 {cores} thread(s): decode {decode:.1f}, prefill {prefill:.1f} tok/s", file=sys.stderr)
     # the RSS limit: the file, plus the KV cache, plus 16 MB
-    print(f"{'shape':<16} {'weights':<7} {'threads':>7} {'decode tok/s':>13} {'prefill tok/s':>14}"
-          f" {'peak RSS MB':>12} {'file MB':>8} {'limit MB':>9}")
-    for name, kind, threads, decode, prefill, rss, size, limit in rows:
-        print(f"{name:<16} {kind:<7} {threads:>7} {decode:>13.1f} {prefill:>14.1f} {rss:>12.1f} {size:>8.1f} {limit:>9.1f}")
+    # decode GB/s: the bytes a step reads (bytes_per_token()) times decode tok/s; roof: a
+    # plain streaming read of the same file on as many threads (streaming_roof())
+    print(f"CPU: {cpu_name()}")
+    print(f"{'shape':<16} {'weights':<7} {'threads':>7} {'decode tok/s':>13} {'GB/s':>6} {'roof':>6} {'of roof':>7}"
+          f" {'prefill tok/s':>14} {'peak RSS MB':>12} {'file MB':>8} {'limit MB':>9}")
+    for name, kind, threads, decode, prefill, rss, size, limit, moved, roof in rows:
+        print(f"{name:<16} {kind:<7} {threads:>7} {decode:>13.1f} {moved:>6.1f} {roof:>6.1f} {moved / roof:>7.0%}"
+              f" {prefill:>14.1f} {rss:>12.1f} {size:>8.1f} {limit:>9.1f}")
+    if not quick:
+        decode_beside_llama_cpp(kernels)
     if long and not quick:
         long_context(cores, kernels)
     batch_bench(kernels, ("stories110M",) if quick else ("stories110M", "TinyLlama-1.1B"))
@@ -674,6 +764,131 @@ def main():
     demo_speculative_bench(kernels)
     compare(prompt, kernels or "avx2")
     tokenizer_bench()
+
+
+# The streaming-read roof: how fast THREADS threads read a file that is in the
+# page cache, mapped as run.c maps a checkpoint (MADV_HUGEPAGE), each its own
+# contiguous slice, adding up its 8-byte words in four independent sums (so that
+# neither the adds nor one chain of them limits it). The best of PASSES passes.
+ROOF_C = r"""
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const uint64_t *words;
+static size_t n_words;
+static int threads;
+static pthread_barrier_t start, done;
+static volatile uint64_t sink;
+
+static void *reader(void *arg) {
+    int t = (int)(intptr_t)arg;
+    size_t begin = n_words * t / threads / 4 * 4, end = t + 1 == threads ? n_words : n_words * (t + 1) / threads / 4 * 4;
+    for (;;) {
+        pthread_barrier_wait(&start);
+        uint64_t s[4] = {0, 0, 0, 0};
+        for (size_t i = begin; i + 4 <= end; i += 4)
+            for (int k = 0; k < 4; k++) s[k] += words[i + k];
+        sink += s[0] + s[1] + s[2] + s[3];
+        pthread_barrier_wait(&done);
+    }
+    return NULL;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) return fprintf(stderr, "usage: roof file threads passes\n"), 2;
+    int fd = open(argv[1], O_RDONLY), passes = atoi(argv[3]);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return perror(argv[1]), 1;
+    threads = atoi(argv[2]);
+    void *p = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) return perror("mmap"), 1;
+#ifdef MADV_HUGEPAGE
+    madvise(p, st.st_size, MADV_HUGEPAGE);
+#endif
+    words = p;
+    n_words = st.st_size / 8;
+    pthread_barrier_init(&start, NULL, threads + 1);
+    pthread_barrier_init(&done, NULL, threads + 1);
+    for (int t = 0; t < threads; t++) {
+        pthread_t id;
+        pthread_create(&id, NULL, reader, (void *)(intptr_t)t);
+    }
+    double best = 0;
+    for (int pass = 0; pass < passes; pass++) {
+        pthread_barrier_wait(&start);
+        double t0 = now();
+        pthread_barrier_wait(&done);
+        double rate = n_words * 8 / (now() - t0);
+        if (rate > best) best = rate;
+    }
+    printf("%.3f\n", best / 1e9);
+    return 0;
+}
+"""
+
+ROOF_PASSES = 5
+
+
+def cpu_name():
+    """The CPU as /proc/cpuinfo names it, with its family and model, and the CPU count."""
+    info = {}
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}), "
+            f"{os.cpu_count()} CPUs")
+
+
+def streaming_roof(path, threads, _cache={}):
+    """GB/s of a plain streaming read of `path` on `threads` threads (ROOF_C), once per file and count."""
+    binary = os.path.join(CACHE, "roof")
+    if not os.path.exists(binary):
+        source = binary + ".c"
+        with open(source, "w") as f:
+            f.write(ROOF_C)
+        subprocess.run(["cc", "-O2", "-o", binary, source, "-lpthread"], check=True)
+    if (path, threads) not in _cache:
+        out = subprocess.run([binary, path, str(threads), str(ROOF_PASSES)], check=True, stdout=subprocess.PIPE)
+        _cache[path, threads] = float(out.stdout)
+    return _cache[path, threads]
+
+
+def bytes_per_token(path):
+    """The bytes a decode step reads from a checkpoint: the whole file but the token
+    embedding table's rows other than the token's own (when the classifier is a matrix
+    of its own; a shared one is read whole)."""
+    import struct
+    with open(path, "rb") as f:
+        head = f.read(256)
+    size = os.path.getsize(path)
+    magic, version = struct.unpack_from("<Ii", head, 0)
+    if magic != 0x616B3432:  # legacy fp32 (gen_model): a negative vocabulary means a classifier of its own
+        dim, vocab = struct.unpack_from("<i", head, 0)[0], struct.unpack_from("<i", head, 20)[0]
+        return size - (0 if vocab > 0 else (-vocab - 1) * dim * 4)
+    dim, vocab = struct.unpack_from("<i", head, 8)[0], struct.unpack_from("<i", head, 28)[0]
+    if head[36]:
+        return size
+    if version == 2:
+        group = struct.unpack_from("<i", head, 37)[0]
+        per_weight = 1 + 4 / group
+    else:  # version 3: the embedding's type is the type table's first entry
+        kind, = struct.unpack_from("<i", head, 256)
+        group = struct.unpack_from("<i", head, 260)[0] or 64
+        per_weight = {0: 4, 1: 1 + 4 / group, 2: 144 / 256, 3: 210 / 256}[kind]
+    return size - (vocab - 1) * dim * per_weight
 
 
 # Decode with each KV cache in one process: two models over one mapping of the

@@ -384,16 +384,6 @@ def kernel_set(kernels, model):
     return m.group(1).split(", ")[-1] if m else "unknown"
 
 
-def cpu_name():
-    info = {}
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}), "
-            f"{os.cpu_count()} CPUs")
-
-
 def load_rows(shape, servers, llama, clients_list, slots, rounds, kernels, quiet_limit, max_others, notes):
     """The clients table: {(server, clients): [summaries, one a round]}."""
     name = models(shape)[0]
@@ -590,7 +580,7 @@ def main():
     label = {"ours": f"./run -m serve -b {slots}", "llama": f"llama-server -np {slots}",
              "llama-fa": f"llama-server -np {slots} -fa"}
     print(f"## {name}: ./run -m serve beside llama-server\n")
-    print(f"CPU: {cpu_name()}; {THREADS} threads each; ./run kernel set {kernel_set(kernels, models(shape)[1])}"
+    print(f"CPU: {bench.cpu_name()}; {THREADS} threads each; ./run kernel set {kernel_set(kernels, models(shape)[1])}"
           + (f"; {llama_version}" if llama_version else "") + ".")
     print(f"Weights: ./run {os.path.basename(models(shape)[1])} (int8, groups of 64), llama-server "
           f"{os.path.basename(models(shape)[2])} (Q8_0, groups of 32), from the same fp32 file.")
