@@ -53,6 +53,7 @@
 
 #if defined(__x86_64__) && !defined(RUN_PLAIN)
 #include <immintrin.h>
+#include <cpuid.h>
 #endif
 #if defined(__aarch64__) && !defined(RUN_PLAIN)
 #include <arm_neon.h>
@@ -2424,6 +2425,10 @@ static void kv_prefetch_finish(KVPrefetch *p) {
 /* Kernel sets: the plain kernels of Part I, and fast twins for each kind of  */
 /* CPU, one set chosen at start-up                                            */
 
+/* How a set packs int8 matrices (pack_weights()): not at all; as w + 128,
+   for vpdpbusd, which multiplies unsigned by signed bytes; or as they are. */
+typedef enum { PACK_NONE, PACK_PLUS_128, PACK_SIGNED } PackForm;
+
 typedef struct {
     const char *name;
     int (*cpu_has)(void);
@@ -2471,14 +2476,14 @@ typedef struct {
     void (*matmul_q6k_tokens)(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
                               int begin, int end);
     /* matmul_q8_tokens reads int8 matrices packed at load (pack_weights()),
-       and takes T = 1 too */
-    int packs_q8;
+       in this form, and takes T = 1 too */
+    PackForm packs_q8;
 } KernelSet;
 
-/* The vnni set's int8 matrices, copied at load (pack_weights()) in the order
-   its kernel reads them: per 16 rows and 64 bytes of each, vector k holds
-   every row's k-th 4 bytes, as w + 128 (vpdpbusd multiplies unsigned by
-   signed bytes). Read in place, 16 rows side by side cost 16 shuffles per 64
+/* The int8 matrices of the vnni, avxvnni and avx2 sets, copied at load
+   (pack_weights()) in the order their kernels read them: per 16 rows and 64
+   bytes of each, vector k holds every row's k-th 4 bytes, in the set's
+   PackForm. Read in place, 16 rows side by side cost 16 shuffles per 64
    bytes and 16 streams for the prefetchers; packed, one stream and none (the
    matmuls of an 8-token step at stories110M's shape on Zen 4: 4.95 -> 3.95
    ms, of one token 3.7 -> 3.2). Whole blocks of 16 rows, rows of whole
@@ -2488,7 +2493,8 @@ static int q8_packable(int n, int group_size) { return n % 64 == 0 && group_size
 /* A packed block: 16 rows' weights, then their scales, group g's 16 side by side. */
 static size_t q8_packed_block_bytes(int n, int group_size) { return (size_t)16 * n + (size_t)64 * (n / group_size); }
 
-static void pack_q8_blocks(uint8_t *packed, const Matrix *w, int n, int first_block, int end_block) {
+static void pack_q8_blocks(uint8_t *packed, const Matrix *w, int n, int first_block, int end_block, PackForm form) {
+    uint32_t flip = form == PACK_PLUS_128 ? 0x80808080u : 0; /* + 128 in each byte */
     int groups = n / w->group_size;
     for (int block = first_block; block < end_block; block++) {
         uint8_t *out = packed + (size_t)block * q8_packed_block_bytes(n, w->group_size);
@@ -2497,7 +2503,7 @@ static void pack_q8_blocks(uint8_t *packed, const Matrix *w, int n, int first_bl
             for (int l = 0; l < 16; l++) {
                 uint32_t words[16];
                 memcpy(words, w->q + (size_t)(16 * block + l) * n + 64 * c, sizeof words);
-                for (int k = 0; k < 16; k++) piece[16 * k + l] = words[k] ^ 0x80808080u; /* + 128 in each byte */
+                for (int k = 0; k < 16; k++) piece[16 * k + l] = words[k] ^ flip;
             }
         }
         float *scales = (float *)(out + (size_t)16 * n);
@@ -2700,6 +2706,7 @@ static inline int32_t int16_pair(const int8_t *v) {
 #define AVX2 __attribute__((target("avx2,fma")))
 #define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
 #define VNNI __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#define AVXVNNI __attribute__((target("avx2,fma,avxvnni")))
 #endif
 
 /* ------------------------------------------------------------------------- */
@@ -5499,7 +5506,7 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
     const uint8_t *block = w->packed + (size_t)row / 16 * q8_packed_block_bytes(n, group_size);
     const __m512i *pieces = (const __m512i *)block;
     const float *scales = (const float *)(block + (size_t)16 * n); /* group g's: 16 floats at 16 * g */
-    uintptr_t next = (uintptr_t)block + q8_packed_block_bytes(n, group_size); /* an address only: maybe past the copy */
+    uintptr_t ahead = (uintptr_t)block + BLOCK_PREFETCH_BYTES; /* an address only: maybe past the copy */
     __m512 val[12];
     __m512i acc[12];
     for (int t = 0; t < lanes; t++) val[t] = _mm512_setzero_ps(), acc[t] = _mm512_setzero_si512();
@@ -5516,8 +5523,9 @@ q8_rows16_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int 
             /* token first + t's 4 inputs at 64 * c + 4 * k: x[2 * t] (pairs) or x[t] */
             const int32_t *x = pairs ? in.x + (size_t)(8 * c + k / 2) * 16 + k % 2
                                      : in.x + (size_t)(16 * c + k) * width + first;
-            if (first == 0) /* the first pass over the block asks for the next */
-                __builtin_prefetch((const void *)(next + (size_t)1024 * c + 64 * k), 0, 2);
+            if (first == 0) /* the first pass asks for the lines 4 KB ahead (for the next
+                               block's, 32 KB or more ahead: 1.1B shape decode 15% slower on Zen 5) */
+                __builtin_prefetch((const void *)(ahead + (size_t)1024 * c + 64 * k), 0, 3);
             if (lanes >= 8) v[k] = _mm512_load_si512(pieces + 16 * c + k);
 #pragma GCC unroll 12
             for (int t = 0; t < lanes; t++) acc[t] = dpbusd_broadcast(acc[t], v[k], x + (pairs ? 2 * t : t));
@@ -5761,7 +5769,7 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
    R8 per int8 one; q8_fn, quantize_fn and attention_fn are its matvec_q8,
    quantize and attention_block. */
 #define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, pair, q8_fn, quantize_fn, attention_fn, q4k_fn, \
-                         q4k_tokens_fn, q6k_fn, q6k_tokens_fn) \
+                         q4k_tokens_fn, q6k_fn, q6k_tokens_fn, prepare_q8_fn, q8_tokens_fn, packs) \
     static TARGET void matvec_##set(float *out, const float *x, const float *w, int n, int begin, int end) { \
         matvec_body(out, x, w, n, begin, end, V, transpose); \
     } \
@@ -5792,9 +5800,8 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
         .matvec_q8 = q8_fn, .matvec_q4k = q4k_fn, .matvec_q6k = q6k_fn, .softmax = softmax_##set, \
         .argmax = argmax_##set, .swiglu = swiglu_##set, .rope = rope_##set, .rmsnorm_tokens = rmsnorm_tokens_##set, \
         .attention_block = attention_fn, .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_##set, \
-        .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_pairs_##set, \
-        .matmul_q8_tokens = matmul_q8_tokens_##set, .matmul_q4k_tokens = q4k_tokens_fn, \
-        .matmul_q6k_tokens = q6k_tokens_fn, \
+        .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_fn, .matmul_q8_tokens = q8_tokens_fn, \
+        .matmul_q4k_tokens = q4k_tokens_fn, .matmul_q6k_tokens = q6k_tokens_fn, .packs_q8 = packs, \
     };
 
 /* The 8-lane quantize() and attention of one target: queries 4 at a time,
@@ -5845,7 +5852,8 @@ static void matvec_q8_sse(float *out, const int8_t *xq, const float *xs, const M
    1 vector of tokens; expf() per lane; Part I's quantize and attention (the
    8-lane ones spill: stories110M int8 prefill 94 against 130 tok/s). */
 KERNEL_SET_8LANE(sse, , cpu_has_always, 1, 4, 4, transpose8, expf8_libm, pair_sse, matvec_q8_sse, quantize,
-                 attention_block_plain, matvec_q4k_sse, NULL, matvec_q6k_sse, NULL)
+                 attention_block_plain, matvec_q4k_sse, NULL, matvec_q6k_sse, NULL, prepare_q8_pairs_sse,
+                 matmul_q8_tokens_sse, PACK_NONE)
 
 /* Groups of a row that matvec_q8_rows() takes at once, keeping each group's
    partial sums for 8 rows on the stack (32 KB): rows of 8192 values in
@@ -5917,12 +5925,246 @@ static VNNI void matvec_q8_vnni(float *out, const int8_t *xq, const float *xs, c
     else matvec_q8_rows(out, xq, xs, w, n, group_size, begin, end, q8_step_vnni, 1);
 }
 
+/* The packed int8 blocks (pack_weights()) in 256-bit registers, for the avx2
+   and avxvnni sets: of vector k of 64 columns, the first 32 bytes hold rows
+   0-7's 4 bytes each, the last 32 rows 8-15's, and each token's same 4
+   inputs, broadcast, meet them. A set's piece: q8_weights once per 32 bytes
+   of weights, q8_dot4 per token. avx2 (w packed as it is): vpmaddubsw on |w|
+   and x with w's sign (a pair of products fits its int16: quantize() gives
+   -127..127), then vpmaddwd by ones: exact. avxvnni (w + 128): vpdpbusd, so
+   the sums hold 128 * sum(x) more, which the layout's bias takes off. */
+typedef struct {
+    __m256i magnitude, sign;
+} Q8Weights;
+typedef Q8Weights (*Q8WeightsFn)(__m256i packed);
+typedef __m256i (*Q8Dot4Fn)(__m256i acc, Q8Weights w, __m256i x);
+
+static inline __attribute__((always_inline)) AVX2 Q8Weights q8_weights_avx2(__m256i packed) {
+    return (Q8Weights){_mm256_abs_epi8(packed), packed};
+}
+
+static inline __attribute__((always_inline)) AVX2 __m256i q8_dot4_avx2(__m256i acc, Q8Weights w, __m256i x) {
+    __m256i pairs = _mm256_maddubs_epi16(w.magnitude, _mm256_sign_epi8(x, w.sign));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+static inline __attribute__((always_inline)) AVXVNNI Q8Weights q8_weights_avxvnni(__m256i packed) {
+    return (Q8Weights){packed, packed};
+}
+
+static inline __attribute__((always_inline)) AVXVNNI __m256i q8_dot4_avxvnni(__m256i acc, Q8Weights w, __m256i x) {
+    return _mm256_dpbusd_avx_epi32(acc, w.magnitude, x);
+}
+
+/* One group's float steps for 8 rows and one token (its slot `at`): the
+   exact sum (less the bias where the set's dot adds it), times the rows'
+   scales, times the token's, as the plain kernel multiplies them. */
+static inline __attribute__((always_inline)) AVX2 __m256 q8_group_term8(__m256i sums, Q8Tokens in, size_t at,
+                                                                      const float *row_scales, int biased) {
+    if (biased) sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(in.bias[at]));
+    __m256 ival = _mm256_cvtepi32_ps(sums);
+    return _mm256_mul_ps(_mm256_mul_ps(ival, _mm256_loadu_ps(row_scales)), _mm256_set1_ps(in.scale[at]));
+}
+
+/* Packed rows for the L tokens first .. first + L - 1 (L a constant: 1, 2
+   or 8; the layout holds zeros past T), the block's 16 rows in one pass
+   (halves 2: each line read once, for 1 or 2 tokens) or rows 8 * half ..
+   8 * half + 7 (halves 1: for 8 tokens, whose sums then fit the 16
+   registers with the weights'). The sums stay in registers, the outputs in
+   memory until the end. The first pass over the block asks for the lines
+   4 KB ahead (asking for the next block's, 32 KB or more ahead, decoded
+   the 1.1B shape 15% slower on Zen 5 with these kernels). */
+static inline __attribute__((always_inline)) AVX2 void
+q8_rows16_256(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row,
+              int first, int T, int L, int halves, int half, Q8WeightsFn weights, Q8Dot4Fn dot4, int biased) {
+    const uint8_t *block = w->packed + (size_t)row / 16 * q8_packed_block_bytes(n, group_size);
+    const __m256i *pieces = (const __m256i *)block;
+    const float *scales = (const float *)(block + (size_t)16 * n); /* group g's: 16 floats at 16 * g */
+    uintptr_t ahead = (uintptr_t)block + BLOCK_PREFETCH_BYTES; /* an address only: maybe past the copy */
+    __m256i acc[8][2];
+    float val[8][16];
+    for (int t = 0; t < L; t++)
+        for (int h = 0; h < halves; h++) acc[t][h] = _mm256_setzero_si256();
+    for (int c = 0; c < n / 64; c++) {
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            if (first == 0 && half == 0) /* the lines BLOCK_PREFETCH_BYTES ahead, in this block or the next */
+                __builtin_prefetch((const void *)(ahead + (size_t)1024 * c + 64 * k), 0, 3);
+            Q8Weights wk[2];
+            for (int h = 0; h < halves; h++) wk[h] = weights(_mm256_load_si256(pieces + 2 * (16 * c + k) + half + h));
+            const int32_t *x = in.x + (size_t)(16 * c + k) * width + first;
+#pragma GCC unroll 8
+            for (int t = 0; t < L; t++) {
+                __m256i xt = _mm256_set1_epi32(x[t]);
+                for (int h = 0; h < halves; h++) acc[t][h] = dot4(acc[t][h], wk[h], xt);
+            }
+            int done = 64 * c + 4 * k + 4;
+            if (done % group_size) continue;
+            int g = done / group_size - 1;
+            for (int t = 0; t < L; t++)
+                for (int h = 0; h < halves; h++) {
+                    float *v = val[t] + 8 * h;
+                    __m256 term = q8_group_term8(acc[t][h], in, (size_t)g * width + first + t,
+                                                 scales + 16 * g + 8 * (half + h), biased);
+                    _mm256_storeu_ps(v, g ? _mm256_add_ps(_mm256_loadu_ps(v), term) : term);
+                    acc[t][h] = _mm256_setzero_si256();
+                }
+        }
+    }
+    for (int t = 0; t < L && first + t < T; t++)
+        memcpy(out + (size_t)(first + t) * out_stride + row + 8 * half, val[t], 8 * halves * sizeof(float));
+}
+
+/* A row that is in no packed block, for all T tokens, 8 per vector (the
+   layout's slots side by side): its 4 bytes at a time in the set's packed
+   form (w + 128 where the dot adds the bias), broadcast. */
+static inline __attribute__((always_inline)) AVX2 void
+q8_slots_row_256(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
+                 int row, int T, Q8WeightsFn weights, Q8Dot4Fn dot4, int biased) {
+    const int8_t *q = w->q + (size_t)row * n;
+    int groups = n / group_size;
+    for (int t0 = 0; t0 < T; t0 += 8) {
+        __m256 val = _mm256_setzero_ps();
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < n; j += 4) {
+            uint32_t word;
+            memcpy(&word, q + j, sizeof word);
+            Q8Weights wj = weights(_mm256_set1_epi32((int32_t)(biased ? word ^ 0x80808080u : word)));
+            acc = dot4(acc, wj, _mm256_loadu_si256((const __m256i *)(in.x + (size_t)j / 4 * width + t0)));
+            if ((j + 4) % group_size) continue;
+            int g = (j + 4) / group_size - 1;
+            size_t at = (size_t)g * width + t0;
+            if (biased) acc = _mm256_sub_epi32(acc, _mm256_loadu_si256((const __m256i *)(in.bias + at)));
+            __m256 ival = _mm256_cvtepi32_ps(acc);
+            __m256 term = _mm256_mul_ps(_mm256_mul_ps(ival, _mm256_set1_ps(w->scale[(size_t)row * groups + g])),
+                                        _mm256_loadu_ps(in.scale + at));
+            val = _mm256_add_ps(val, term);
+            acc = _mm256_setzero_si256();
+        }
+        store_lanes(out + (size_t)t0 * out_stride + row, out_stride, T - t0, val);
+    }
+}
+
+/* The packed blocks of 16 rows in [begin, end) (begin a multiple of 16), in
+   passes of 8 tokens, each half of the block in turn, then the last 1 to 7
+   tokens 2 at a time with the whole block (a decoding step: one); then the
+   rows left, one at a time. */
+static inline __attribute__((always_inline)) AVX2 void
+matmul_q8_packed_body(float *out, size_t out_stride, const void *scratch, const Matrix *w, int n, int group_size,
+                      int T, int begin, int end, Q8WeightsFn weights, Q8Dot4Fn dot4, int biased) {
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    int width = (T + 15) / 16 * 16, row = begin;
+    for (; w->packed && row + 16 <= end; row += 16) {
+        int first = 0;
+        for (; first + 8 <= T; first += 8)
+            for (int half = 0; half < 2; half++) {
+                /* the common group size as a constant: the float steps' tests fold away */
+                if (group_size == 64)
+                    q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, T, 8, 1, half, weights, dot4, biased);
+                else
+                    q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, T, 8, 1, half, weights,
+                                  dot4, biased);
+            }
+        for (; first < T; first += 2) {
+            if (T - first == 1 && group_size == 64)
+                q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, T, 1, 2, 0, weights, dot4, biased);
+            else if (T - first == 1)
+                q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, T, 1, 2, 0, weights, dot4, biased);
+            else
+                q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, T, 2, 2, 0, weights, dot4, biased);
+        }
+    }
+    for (; row < end; row++) q8_slots_row_256(out, out_stride, in, w, n, group_size, width, row, T, weights, dot4, biased);
+}
+
+/* The layout q8_tokens_layout(scratch, n, group_size, T, 4) describes, for
+   the tokens [begin, end): token t's values j..j + 3 in the slot x[j / 4 *
+   width + t], its scales, and (biased) 128 times each group's sum; the
+   tokens from T to the layout's width, zeros. */
+static inline __attribute__((always_inline)) void
+prepare_q8_slots_body(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T, int begin,
+                      int end, int biased) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size;
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    int32_t *x = (int32_t *)in.x, *bias = (int32_t *)in.bias;
+    float *scale = (float *)in.scale;
+    for (int t = begin; t < end && t < width; t++) {
+        const int8_t *v = xq + (size_t)t * n;
+        for (int j = 0; j < n; j += 4) {
+            int32_t word = 0;
+            if (t < T) memcpy(&word, v + j, sizeof word);
+            x[(size_t)j / 4 * width + t] = word;
+        }
+        for (int g = 0; g < groups; g++) {
+            int32_t sum = 0;
+            for (int k = 0; k < group_size && t < T && biased; k++) sum += v[g * group_size + k];
+            if (biased) bias[(size_t)g * width + t] = 128 * sum;
+            scale[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
+        }
+    }
+}
+
+/* KERNEL_SET_8LANE(avx2) makes these, the int8 kernels of the pairs layout */
+static AVX2 void prepare_q8_pairs_avx2(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
+                                       int begin, int end);
+static AVX2 void matmul_q8_tokens_avx2(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                       const Matrix *w, int n, int group_size, int T, int begin, int end);
+
+/* The avx2 and avxvnni sets' int8 matmuls: the slots layout and the packed
+   blocks where pack_weights() packs (q8_packable()), the pairs layout and its
+   kernel elsewhere. */
+static AVX2 void prepare_q8_packed_avx2(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
+                                        int begin, int end) {
+    if (q8_packable(n, group_size)) prepare_q8_slots_body(scratch, xq, xs, n, group_size, T, begin, end, 0);
+    else prepare_q8_pairs_avx2(scratch, xq, xs, n, group_size, T, begin, end);
+}
+
+static AVX2 void matmul_q8_packed_avx2(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                       const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    if (q8_packable(n, group_size))
+        matmul_q8_packed_body(out, out_stride, scratch, w, n, group_size, T, begin, end, q8_weights_avx2, q8_dot4_avx2, 0);
+    else matmul_q8_tokens_avx2(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end);
+}
+
+static AVXVNNI void prepare_q8_packed_avxvnni(void *scratch, const int8_t *xq, const float *xs, int n, int group_size,
+                                              int T, int begin, int end) {
+    if (q8_packable(n, group_size)) prepare_q8_slots_body(scratch, xq, xs, n, group_size, T, begin, end, 1);
+    else prepare_q8_pairs_avx2(scratch, xq, xs, n, group_size, T, begin, end);
+}
+
+static AVXVNNI void matmul_q8_packed_avxvnni(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                             const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    if (q8_packable(n, group_size))
+        matmul_q8_packed_body(out, out_stride, scratch, w, n, group_size, T, begin, end, q8_weights_avxvnni,
+                              q8_dot4_avxvnni, 1);
+    else matmul_q8_tokens_avx2(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end);
+}
+
 /* AVX2 (+FMA for expf8_avx2 only): 16 ymm registers, so 6 rows x 2 vectors of
-   tokens of sums. */
+   tokens of sums; int8 matrices packed. */
 QUANTIZE_ATTENTION_8LANE(avx2, AVX2, transpose8_avx2, expf8_avx2, pair_avx2)
 KERNEL_SET_8LANE(avx2, AVX2, cpu_has_avx2, 2, 6, 6, transpose8_avx2, expf8_avx2, pair_avx2, matvec_q8_avx2,
                  quantize_avx2, attention_block_avx2, matvec_q4k_avx2, matmul_q4k_tokens_avx2, matvec_q6k_avx2,
-                 matmul_q6k_tokens_avx2)
+                 matmul_q6k_tokens_avx2, prepare_q8_packed_avx2, matmul_q8_packed_avx2, PACK_SIGNED)
+
+/* AVX-VNNI: CPUID leaf 7, subleaf 1, EAX bit 4 (__builtin_cpu_supports has
+   no name for it in clang 14). */
+static int cpu_has_avxvnni(void) {
+    unsigned a, b, c, d;
+    return cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+}
+
+/* AVX2 with AVX-VNNI (vpdpbusd on 256-bit registers, no AVX-512): the avx2
+   set but for its int8 matmuls. */
+static const KernelSet avxvnni_kernels = {
+    .name = "avxvnni", .cpu_has = cpu_has_avxvnni, .matvec = matvec_avx2, .quantize = quantize_avx2,
+    .matvec_q8 = matvec_q8_avx2, .matvec_q4k = matvec_q4k_avx2, .matvec_q6k = matvec_q6k_avx2,
+    .softmax = softmax_avx2, .argmax = argmax_avx2, .swiglu = swiglu_avx2, .rope = rope_avx2,
+    .rmsnorm_tokens = rmsnorm_tokens_avx2, .attention_block = attention_block_avx2, .prepare_tokens = prepare_tokens8,
+    .matmul_tokens = matmul_tokens_avx2, .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_packed_avxvnni,
+    .matmul_q8_tokens = matmul_q8_packed_avxvnni, .matmul_q4k_tokens = matmul_q4k_tokens_avx2,
+    .matmul_q6k_tokens = matmul_q6k_tokens_avx2, .packs_q8 = PACK_PLUS_128,
+};
 
 /* 8 tokens or fewer go to the avx2 set's kernel, whose 8 lanes do not pad
    them to 16 (the matmuls of 8 tokens at stories110M's shape 15.4 -> 12.0 ms). */
@@ -5955,7 +6197,8 @@ static const KernelSet vnni_kernels = {
     .rmsnorm_tokens = rmsnorm_tokens_avx2, .attention_block = attention_block_avx512,
     .prepare_tokens = prepare_tokens_avx512, .matmul_tokens = matmul_tokens_avx512, .q8_group_multiple = 4,
     .prepare_q8_tokens = prepare_q8_vnni, .matmul_q8_tokens = matmul_q8_tokens_vnni,
-    .matmul_q4k_tokens = matmul_q4k_tokens_vnni, .matmul_q6k_tokens = matmul_q6k_tokens_vnni, .packs_q8 = 1,
+    .matmul_q4k_tokens = matmul_q4k_tokens_vnni, .matmul_q6k_tokens = matmul_q6k_tokens_vnni,
+    .packs_q8 = PACK_PLUS_128,
 };
 #endif
 
@@ -5970,14 +6213,14 @@ static void matvec_q8_neon(float *out, const int8_t *xq, const float *xs, const 
 QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon, pair_neon)
 KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, pair_neon, matvec_q8_neon, quantize_neon,
                  attention_block_neon, matvec_q4k_neon, matmul_q4k_tokens_neon, matvec_q6k_neon,
-                 matmul_q6k_tokens_neon)
+                 matmul_q6k_tokens_neon, prepare_q8_pairs_neon, matmul_q8_tokens_neon, PACK_NONE)
 #endif
 
 /* Every set this build has, slowest first. */
 static const KernelSet *const kernel_sets[] = {
     &plain_kernels,
 #if defined(__x86_64__)
-    &sse_kernels, &avx2_kernels, &avx512_kernels, &vnni_kernels,
+    &sse_kernels, &avx2_kernels, &avxvnni_kernels, &avx512_kernels, &vnni_kernels,
 #endif
 #if defined(__aarch64__)
     &neon_kernels,
@@ -6107,7 +6350,7 @@ static void pack_task(void *ctx, int begin, int end, int thread) {
     (void)thread;
     for (int first = first_block; first < end_block; first += step) {
         int last = end_block - first < step ? end_block : first + step;
-        pack_q8_blocks(job->packed, job->w, job->n, first, last);
+        pack_q8_blocks(job->packed, job->w, job->n, first, last, kernels->packs_q8);
         if (!job->release) continue;
         /* all of the run so far: the pieces' edges too */
         release_pages(job->w->q + 16 * first_block * n, 16 * (last - first_block) * n, 0, 0);
@@ -6253,11 +6496,11 @@ static void embed_packed(float *out, const Matrix *table, int token, int dim, in
         embed(out, table, token, dim);
         return;
     }
-    int gs = table->group_size, lane = token % 16;
+    int gs = table->group_size, lane = token % 16, flip = kernels->packs_q8 == PACK_PLUS_128 ? 0x80 : 0;
     const uint8_t *block = table->packed + (size_t)(token / 16) * q8_packed_block_bytes(dim, gs);
     const float *scales = (const float *)(block + (size_t)16 * dim);
     for (int i = 0; i < dim; i++) {
-        int8_t q = (int8_t)(block[(size_t)1024 * (i / 64) + 64 * (i % 64 / 4) + 4 * lane + i % 4] ^ 0x80);
+        int8_t q = (int8_t)(block[(size_t)1024 * (i / 64) + 64 * (i % 64 / 4) + 4 * lane + i % 4] ^ flip);
         out[i] = q * scales[16 * (i / gs) + lane];
     }
 }

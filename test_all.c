@@ -3371,26 +3371,29 @@ static void test_kernel_sets(void) {
 }
 
 #if defined(__x86_64__)
-/* Instruction sets by encoding, the way a CPU that lacks one fails on it:
-   0 legacy (SSE2, every x86-64), 1 VEX (AVX, AVX2, FMA), 2 EVEX (AVX-512),
-   3 the AVX-512 VNNI dot products. */
-static int encoding_level(const char *bytes, const char *text) {
+/* Instruction sets by encoding, the way a CPU that lacks one fails on it, as
+   bits: none for legacy (SSE2, every x86-64), VEX (AVX, AVX2, FMA), EVEX
+   (AVX-512), the AVX-512 VNNI dot products (EVEX) and AVX-VNNI's (VEX, which
+   objdump marks {vex}): a CPU can have either VNNI without the other. */
+enum { ISA_VEX = 1, ISA_EVEX = 2, ISA_VNNI = 4, ISA_AVXVNNI = 8 };
+
+static int encoding_features(const char *bytes, const char *text) {
     unsigned op = 0;
     while (sscanf(bytes, "%2x", &op) == 1) { /* skip segment and address-size prefixes */
         if (op != 0x26 && op != 0x2e && op != 0x36 && op != 0x3e && op != 0x64 && op != 0x65 && op != 0x67) break;
         bytes += 3;
     }
-    if (strstr(text, "vpdpbusd") || strstr(text, "vpdpwssd")) return 3;
-    if (op == 0x62) return 2; /* EVEX (BOUND in 32-bit code only) */
-    if (op == 0xc4 || op == 0xc5) return 1; /* VEX (LES and LDS in 32-bit code only) */
+    int dot = strstr(text, "vpdpbusd") || strstr(text, "vpdpwssd");
+    if (op == 0x62) return ISA_EVEX | (dot ? ISA_VNNI : 0); /* EVEX (BOUND in 32-bit code only) */
+    if (op == 0xc4 || op == 0xc5) return ISA_VEX | (dot ? ISA_AVXVNNI : 0); /* VEX (LES and LDS in 32-bit code only) */
     return 0;
 }
 
 typedef struct {
     uint64_t start;
     char name[128];
-    int level;            /* the highest encoding among its instructions */
-    char example[160];    /* the first instruction of that encoding */
+    int features;         /* the encodings among its instructions (ISA_ bits) */
+    char example[160];    /* the first instruction of the last new one seen */
     uint64_t *refs;       /* addresses it calls, jumps to or takes */
     int n_refs, refs_cap;
 } DisFunction;
@@ -3438,9 +3441,9 @@ static DisFunction *disassemble_self(int *count) {
         char *bytes = strchr(line, '\t'), *text = bytes ? strchr(bytes + 1, '\t') : NULL;
         if (!n || !text) continue;
         DisFunction *fn = &f[n - 1];
-        int level = encoding_level(bytes + 1, text + 1);
-        if (level > fn->level) {
-            fn->level = level;
+        int features = encoding_features(bytes + 1, text + 1);
+        if (features & ~fn->features) {
+            fn->features |= features;
             snprintf(fn->example, sizeof fn->example, "%.*s", (int)strcspn(text + 1, "\n"), text + 1);
         }
         for (char *lt = strchr(text, '<'); lt; lt = strchr(lt + 1, '<')) { /* "call 1234 <name>", "# 1234 <name>" */
@@ -3464,7 +3467,7 @@ static DisFunction *disassemble_self(int *count) {
 }
 
 /* The first function reachable from roots whose instructions need more than
-   `allowed`, or NULL. */
+   `allowed` (ISA_ bits), or NULL. */
 static const DisFunction *too_new(DisFunction *f, int n, const uint64_t *roots, int n_roots, int allowed) {
     char *seen = xcalloc(n, 1);
     int *stack = xcalloc(n, sizeof(int)), top = 0;
@@ -3478,7 +3481,7 @@ static const DisFunction *too_new(DisFunction *f, int n, const uint64_t *roots, 
     }
     while (top && !bad) {
         DisFunction *fn = &f[stack[--top]];
-        if (fn->level > allowed) bad = fn;
+        if (fn->features & ~allowed) bad = fn;
         for (int k = 0; k < fn->n_refs; k++) {
             DisFunction *g = find_dis_function(f, n, fn->refs[k]);
             if (g && !seen[g - f]) {
@@ -3505,14 +3508,18 @@ static void test_kernel_instructions(void) {
         skip("the kernel sets' instructions: objdump could not disassemble this binary");
         return;
     }
-#if defined(__AVX512VNNI__)
-    int built_for = 3;
-#elif defined(__AVX512F__)
-    int built_for = 2;
-#elif defined(__AVX__)
-    int built_for = 1;
-#else
     int built_for = 0;
+#if defined(__AVX__)
+    built_for |= ISA_VEX;
+#endif
+#if defined(__AVX512F__)
+    built_for |= ISA_EVEX;
+#endif
+#if defined(__AVX512VNNI__)
+    built_for |= ISA_VNNI;
+#endif
+#if defined(__AVXVNNI__)
+    built_for |= ISA_AVXVNNI;
 #endif
     uint64_t main_at = 0;
     for (int i = 0; i < n; i++)
@@ -3520,8 +3527,13 @@ static void test_kernel_instructions(void) {
     uintptr_t load_bias = (uintptr_t)run_main - main_at; /* position-independent: runtime minus file address */
     struct {
         const KernelSet *set;
-        int level;
-    } sets[] = {{&plain_kernels, 0}, {&sse_kernels, 0}, {&avx2_kernels, 1}, {&avx512_kernels, 2}, {&vnni_kernels, 3}};
+        int features;
+    } sets[] = {{&plain_kernels, 0},
+                {&sse_kernels, 0},
+                {&avx2_kernels, ISA_VEX},
+                {&avxvnni_kernels, ISA_VEX | ISA_AVXVNNI},
+                {&avx512_kernels, ISA_VEX | ISA_EVEX},
+                {&vnni_kernels, ISA_VEX | ISA_EVEX | ISA_VNNI}};
     int n_sets = (int)(sizeof sets / sizeof sets[0]);
     char counts[256] = "";
     check(main_at != 0 && n_sets == N_KERNEL_SETS, "instruction audit: run_main not found, or a set missing here");
@@ -3540,7 +3552,7 @@ static void test_kernel_instructions(void) {
             if (word && find_dis_function(f, n, address)) roots[n_roots++] = address;
             else strays += address >= f[0].start && address <= f[n - 1].start;
         }
-        int allowed = sets[s].level > built_for ? sets[s].level : built_for;
+        int allowed = sets[s].features | built_for;
         const DisFunction *bad = too_new(f, n, roots, n_roots, allowed);
         check(n_roots >= 6 && !strays && !bad, "the %s kernels (%d functions in the table, %d words into the code at "
               "no function) reach %s, whose instruction %s needs more than the set has", k->name, n_roots, strays,
