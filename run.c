@@ -157,7 +157,7 @@ typedef struct {
     int group_size;      /* int8 */
     const uint8_t *q4k;
     const uint8_t *q6k;
-    const uint8_t *packed; /* int8 with Part II's vnni kernels: a copy, rearranged (pack_weights()) */
+    const uint8_t *packed; /* int8 with Part II's packing kernel sets: a copy, rearranged (pack_weights()) */
 } Matrix;
 
 typedef struct {
@@ -179,7 +179,7 @@ typedef struct {
     const uint8_t *data; /* the whole file, memory-mapped read-only */
     size_t file_size;
     int32_t *types;      /* version 3: the type table, as read and checked (type, group size per matrix) */
-    uint8_t *packed;     /* Part II's vnni kernels: the int8 matrices' copy (pack_weights()), or NULL */
+    uint8_t *packed;     /* Part II's packing kernel sets: the int8 matrices' copy (pack_weights()), or NULL */
 } Checkpoint;
 
 /* ------------------------------------------------------------------------- */
@@ -2427,7 +2427,7 @@ static void kv_prefetch_finish(KVPrefetch *p) {
 
 /* How a set packs int8 matrices (pack_weights()): not at all; as w + 128,
    for vpdpbusd, which multiplies unsigned by signed bytes; or as they are. */
-typedef enum { PACK_NONE, PACK_PLUS_128, PACK_SIGNED } PackForm;
+typedef enum { PACK_NONE = 0, PACK_PLUS_128, PACK_SIGNED } PackForm; /* 0: packs_q8 reads as a flag */
 
 typedef struct {
     const char *name;
@@ -5567,6 +5567,7 @@ q8_rows16_passes_vnni(float *out, size_t out_stride, Q8Tokens in, const Matrix *
 #pragma GCC unroll 16
             for (int k = 0; k < 16; k++) {
                 const int32_t *x = in.x + (size_t)(16 * c + k) * width + t0;
+                /* the next block's lines: compute sets the pace at 16 tokens or more (4 KB ahead not measured) */
                 if (t0 == 0) __builtin_prefetch((const void *)(next + (size_t)1024 * c + 64 * k), 0, 2);
 #pragma GCC unroll 8
                 for (int t = 0; t < 8; t++) acc[t] = dpbusd_broadcast(acc[t], v[k], x + t);
@@ -5767,7 +5768,9 @@ static int cpu_has_vnni(void) { return cpu_has_avx512() && __builtin_cpu_support
    (transpose8, an 8-lane expf, pair): V vectors of 8 tokens per batched
    block (and 8 * V rows per matvec step), R rows per batched fp32 block and
    R8 per int8 one; q8_fn, quantize_fn and attention_fn are its matvec_q8,
-   quantize and attention_block. */
+   quantize and attention_block; prepare_q8_fn and q8_tokens_fn its batched
+   int8 matmul (the pairs kernel made here, prepare_q8_pairs_##set and
+   matmul_q8_tokens_##set, or one that packs), packs its PackForm. */
 #define KERNEL_SET_8LANE(set, TARGET, cpu, V, R, R8, transpose, exp8, pair, q8_fn, quantize_fn, attention_fn, q4k_fn, \
                          q4k_tokens_fn, q6k_fn, q6k_tokens_fn, prepare_q8_fn, q8_tokens_fn, packs) \
     static TARGET void matvec_##set(float *out, const float *x, const float *w, int n, int begin, int end) { \
@@ -5967,16 +5970,17 @@ static inline __attribute__((always_inline)) AVX2 __m256 q8_group_term8(__m256i 
 }
 
 /* Packed rows for the L tokens first .. first + L - 1 (L a constant: 1, 2
-   or 8; the layout holds zeros past T), the block's 16 rows in one pass
+   or 8, all of them tokens of the batch), the block's 16 rows in one pass
    (halves 2: each line read once, for 1 or 2 tokens) or rows 8 * half ..
    8 * half + 7 (halves 1: for 8 tokens, whose sums then fit the 16
    registers with the weights'). The sums stay in registers, the outputs in
    memory until the end. The first pass over the block asks for the lines
-   4 KB ahead (asking for the next block's, 32 KB or more ahead, decoded
-   the 1.1B shape 15% slower on Zen 5 with these kernels). */
+   4 KB ahead, into L1 as the hardware prefetcher would (asking for the next
+   block's, 32 KB or more ahead, into L2, decoded the 1.1B shape 15% slower
+   on Zen 5 with these kernels). */
 static inline __attribute__((always_inline)) AVX2 void
 q8_rows16_256(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row,
-              int first, int T, int L, int halves, int half, Q8WeightsFn weights, Q8Dot4Fn dot4, int biased) {
+              int first, int L, int halves, int half, Q8WeightsFn weights, Q8Dot4Fn dot4, int biased) {
     const uint8_t *block = w->packed + (size_t)row / 16 * q8_packed_block_bytes(n, group_size);
     const __m256i *pieces = (const __m256i *)block;
     const float *scales = (const float *)(block + (size_t)16 * n); /* group g's: 16 floats at 16 * g */
@@ -6006,12 +6010,13 @@ q8_rows16_256(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n
                     float *v = val[t] + 8 * h;
                     __m256 term = q8_group_term8(acc[t][h], in, (size_t)g * width + first + t,
                                                  scales + 16 * g + 8 * (half + h), biased);
-                    _mm256_storeu_ps(v, g ? _mm256_add_ps(_mm256_loadu_ps(v), term) : term);
+                    /* the first group's term added to +0, as the plain kernel does (-0 + 0 is +0) */
+                    _mm256_storeu_ps(v, _mm256_add_ps(g ? _mm256_loadu_ps(v) : _mm256_setzero_ps(), term));
                     acc[t][h] = _mm256_setzero_si256();
                 }
         }
     }
-    for (int t = 0; t < L && first + t < T; t++)
+    for (int t = 0; t < L; t++)
         memcpy(out + (size_t)(first + t) * out_stride + row + 8 * half, val[t], 8 * halves * sizeof(float));
 }
 
@@ -6060,18 +6065,18 @@ matmul_q8_packed_body(float *out, size_t out_stride, const void *scratch, const 
             for (int half = 0; half < 2; half++) {
                 /* the common group size as a constant: the float steps' tests fold away */
                 if (group_size == 64)
-                    q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, T, 8, 1, half, weights, dot4, biased);
+                    q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, 8, 1, half, weights, dot4, biased);
                 else
-                    q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, T, 8, 1, half, weights,
+                    q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, 8, 1, half, weights,
                                   dot4, biased);
             }
         for (; first < T; first += 2) {
             if (T - first == 1 && group_size == 64)
-                q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, T, 1, 2, 0, weights, dot4, biased);
+                q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, 1, 2, 0, weights, dot4, biased);
             else if (T - first == 1)
-                q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, T, 1, 2, 0, weights, dot4, biased);
+                q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, 1, 2, 0, weights, dot4, biased);
             else
-                q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, T, 2, 2, 0, weights, dot4, biased);
+                q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, 2, 2, 0, weights, dot4, biased);
         }
     }
     for (; row < end; row++) q8_slots_row_256(out, out_stride, in, w, n, group_size, width, row, T, weights, dot4, biased);
@@ -6080,7 +6085,8 @@ matmul_q8_packed_body(float *out, size_t out_stride, const void *scratch, const 
 /* The layout q8_tokens_layout(scratch, n, group_size, T, 4) describes, for
    the tokens [begin, end): token t's values j..j + 3 in the slot x[j / 4 *
    width + t], its scales, and (biased) 128 times each group's sum; the
-   tokens from T to the layout's width, zeros. */
+   tokens from T to the next multiple of 8, zeros, which q8_slots_row_256()
+   reads 8 tokens at a time (and leaves out of its output). */
 static inline __attribute__((always_inline)) void
 prepare_q8_slots_body(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T, int begin,
                       int end, int biased) {
@@ -6088,7 +6094,7 @@ prepare_q8_slots_body(void *scratch, const int8_t *xq, const float *xs, int n, i
     Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
     int32_t *x = (int32_t *)in.x, *bias = (int32_t *)in.bias;
     float *scale = (float *)in.scale;
-    for (int t = begin; t < end && t < width; t++) {
+    for (int t = begin; t < end && t < (T + 7) / 8 * 8; t++) {
         const int8_t *v = xq + (size_t)t * n;
         for (int j = 0; j < n; j += 4) {
             int32_t word = 0;
@@ -6096,10 +6102,12 @@ prepare_q8_slots_body(void *scratch, const int8_t *xq, const float *xs, int n, i
             x[(size_t)j / 4 * width + t] = word;
         }
         for (int g = 0; g < groups; g++) {
-            int32_t sum = 0;
-            for (int k = 0; k < group_size && t < T && biased; k++) sum += v[g * group_size + k];
-            if (biased) bias[(size_t)g * width + t] = 128 * sum;
             scale[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
+            if (!biased) continue;
+            int32_t sum = 0;
+            if (t < T)
+                for (int k = 0; k < group_size; k++) sum += v[g * group_size + k];
+            bias[(size_t)g * width + t] = 128 * sum;
         }
     }
 }
@@ -6166,7 +6174,7 @@ static const KernelSet avxvnni_kernels = {
     .matmul_q6k_tokens = matmul_q6k_tokens_avx2, .packs_q8 = PACK_PLUS_128,
 };
 
-/* 8 tokens or fewer go to the avx2 set's kernel, whose 8 lanes do not pad
+/* 8 tokens or fewer go to the avx2 set's pairs kernel, whose 8 lanes do not pad
    them to 16 (the matmuls of 8 tokens at stories110M's shape 15.4 -> 12.0 ms). */
 static AVX512 void prepare_q8_tokens_avx512(void *scratch, const int8_t *xq, const float *xs, int n, int group_size,
                                             int T, int begin, int end) {

@@ -1604,7 +1604,7 @@ static void test_q4k_model(void) {
     }
 }
 
-/* Int8 matrices the vnni set packs at load: rows of whole 64-byte pieces,
+/* Int8 matrices the packing sets (vnni, avxvnni, avx2) pack at load: rows of whole 64-byte pieces,
    groups of 32 and 64 (the classifier's 40 rows: 2 blocks of 16 and 8 rows
    left as they are). Where no set packs, the models still run, unpacked. */
 static void test_packed_int8_model(void) {
@@ -3007,6 +3007,10 @@ static void test_batched_matmul(void) {
                 int T = batch[k], n = shapes[g][0], gs = shapes[g][1];
                 Batch *b = gs ? &b_int8 : &b_fp32;
                 Matrix m = gs ? (Matrix){.q = wq, .scale = ws, .group_size = gs} : (Matrix){.f32 = w};
+                if (gs) { /* row 5: zero weights and scales of -0, so every group's term is -0 and the sum +0 */
+                    memset(wq + 5 * n, 0, n);
+                    for (int g = 0; g < n / gs; g++) ws[5 * (n / gs) + g] = -0.0f;
+                }
                 for (int t = 0; t < T; t++) {
                     if (gs == 0) {
                         matvec(plain + t * d, x + t * n, w, n, 0, d);
@@ -3393,7 +3397,7 @@ typedef struct {
     uint64_t start;
     char name[128];
     int features;         /* the encodings among its instructions (ISA_ bits) */
-    char example[160];    /* the first instruction of the last new one seen */
+    char example[4][160]; /* for each ISA_ bit it has, its first instruction that needs it */
     uint64_t *refs;       /* addresses it calls, jumps to or takes */
     int n_refs, refs_cap;
 } DisFunction;
@@ -3442,10 +3446,10 @@ static DisFunction *disassemble_self(int *count) {
         if (!n || !text) continue;
         DisFunction *fn = &f[n - 1];
         int features = encoding_features(bytes + 1, text + 1);
-        if (features & ~fn->features) {
-            fn->features |= features;
-            snprintf(fn->example, sizeof fn->example, "%.*s", (int)strcspn(text + 1, "\n"), text + 1);
-        }
+        for (int bit = 0; bit < 4; bit++)
+            if (features & ~fn->features & 1 << bit)
+                snprintf(fn->example[bit], sizeof fn->example[bit], "%.*s", (int)strcspn(text + 1, "\n"), text + 1);
+        fn->features |= features;
         for (char *lt = strchr(text, '<'); lt; lt = strchr(lt + 1, '<')) { /* "call 1234 <name>", "# 1234 <name>" */
             char *hex = lt - 1;
             while (hex > text && *hex == ' ') hex--;
@@ -3464,6 +3468,13 @@ static DisFunction *disassemble_self(int *count) {
     qsort(f, n, sizeof *f, compare_dis_start);
     *count = n;
     return f;
+}
+
+/* An instruction of fn that needs a feature outside `allowed`. */
+static const char *disallowed_example(const DisFunction *fn, int allowed) {
+    for (int bit = 0; bit < 4; bit++)
+        if (fn->features & ~allowed & 1 << bit) return fn->example[bit];
+    return "?";
 }
 
 /* The first function reachable from roots whose instructions need more than
@@ -3556,14 +3567,14 @@ static void test_kernel_instructions(void) {
         const DisFunction *bad = too_new(f, n, roots, n_roots, allowed);
         check(n_roots >= 6 && !strays && !bad, "the %s kernels (%d functions in the table, %d words into the code at "
               "no function) reach %s, whose instruction %s needs more than the set has", k->name, n_roots, strays,
-              bad ? bad->name : "?", bad ? bad->example : "?");
+              bad ? bad->name : "?", bad ? disallowed_example(bad, allowed) : "?");
         snprintf(counts + strlen(counts), sizeof counts - strlen(counts), "%s%s %d", s ? ", " : "", k->name, n_roots);
     }
     printf("instruction audit: functions in each kernel set's table: %s\n", counts);
     uint64_t program[] = {main_at};
     const DisFunction *bad = too_new(f, n, program, 1, built_for);
     check(!bad, "run.c's main reaches %s, whose instruction %s needs more than this build targets",
-          bad ? bad->name : "?", bad ? bad->example : "?");
+          bad ? bad->name : "?", bad ? disallowed_example(bad, built_for) : "?");
     for (int i = 0; i < n; i++) free(f[i].refs);
     free(f);
 }
