@@ -5337,6 +5337,18 @@ static void test_huge_seq_len(const char *tokenizer) {
     free_tiny(&m);
 }
 
+/* Built with AddressSanitizer (GCC defines the first; clang answers the second) */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
 /* A Llama 3 header (seq_len 131072, RoPE scaling) run with -n 4096 holds 4096
    positions: a model with 16 KB of KV cache per position (8 layers of 2 x 256
    floats, 2 GB for all 131072 positions) peaks near its 9 MB file plus 64 MB of
@@ -5363,10 +5375,17 @@ static void test_long_context_memory(const char *tokenizer) {
        least 90% of the difference */
     run_args(&r8, NULL, path, "-z", tokenizer, "-n", "4096", "-m", "chat", "-c", "int8", NULL);
     long int8_cache_kb = (long)((size_t)2 * m.layers * 4096 * (m.dim + 4 * m.kv_heads) >> 10);
+#if UNDER_ASAN
+    /* AddressSanitizer's shadow and quarantine move a run's peak by tens of
+       MB (in CI once 31 MB over the int8 run's own, 16 over the fp32 one's) */
+    check(r8.status == 0, "-c int8: exit %d %s", r8.status, r8.err);
+    skip("-c int8's peak RSS against the fp32 cache's: not comparable under AddressSanitizer (make test compares them)");
+#else
     check(r8.status == 0 && r8.max_rss_kb + (cache_kb - int8_cache_kb) * 9 / 10 < r.max_rss_kb,
           "-c int8: exit %d, peak RSS %ld KB, want under %ld KB (fp32 cache's run %ld KB less 90%% of the %ld KB the "
           "caches differ by) %s", r8.status, r8.max_rss_kb, r.max_rss_kb - (cache_kb - int8_cache_kb) * 9 / 10,
           r.max_rss_kb, cache_kb - int8_cache_kb, r8.err);
+#endif
     printf("seq_len 131072, -n 4096, -c int8: peak RSS %ld KB (file %ld KB, KV cache %ld KB)\n", r8.max_rss_kb,
            file_kb, int8_cache_kb);
     unlink(path), free(path), free(v1.data);
