@@ -6050,6 +6050,17 @@ q8_slots_row_256(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, in
     }
 }
 
+/* q8_rows16_256() with the common group size as a constant: the float
+   steps' tests fold away. */
+static inline __attribute__((always_inline)) AVX2 void
+q8_pass_256(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row,
+            int first, int L, int halves, int half, Q8WeightsFn weights, Q8Dot4Fn dot4, int biased) {
+    if (group_size == 64)
+        q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, L, halves, half, weights, dot4, biased);
+    else
+        q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, L, halves, half, weights, dot4, biased);
+}
+
 /* The packed blocks of 16 rows in [begin, end) (begin a multiple of 16), in
    passes of 8 tokens, each half of the block in turn, then the last 1 to 7
    tokens 2 at a time with the whole block (a decoding step: one); then the
@@ -6062,21 +6073,13 @@ matmul_q8_packed_body(float *out, size_t out_stride, const void *scratch, const 
     for (; w->packed && row + 16 <= end; row += 16) {
         int first = 0;
         for (; first + 8 <= T; first += 8)
-            for (int half = 0; half < 2; half++) {
-                /* the common group size as a constant: the float steps' tests fold away */
-                if (group_size == 64)
-                    q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, 8, 1, half, weights, dot4, biased);
-                else
-                    q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, 8, 1, half, weights,
-                                  dot4, biased);
-            }
+            for (int half = 0; half < 2; half++)
+                q8_pass_256(out, out_stride, in, w, n, group_size, width, row, first, 8, 1, half, weights, dot4, biased);
         for (; first < T; first += 2) {
-            if (T - first == 1 && group_size == 64)
-                q8_rows16_256(out, out_stride, in, w, n, 64, width, row, first, 1, 2, 0, weights, dot4, biased);
-            else if (T - first == 1)
-                q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, 1, 2, 0, weights, dot4, biased);
+            if (T - first == 1)
+                q8_pass_256(out, out_stride, in, w, n, group_size, width, row, first, 1, 2, 0, weights, dot4, biased);
             else
-                q8_rows16_256(out, out_stride, in, w, n, group_size, width, row, first, 2, 2, 0, weights, dot4, biased);
+                q8_pass_256(out, out_stride, in, w, n, group_size, width, row, first, 2, 2, 0, weights, dot4, biased);
         }
     }
     for (; row < end; row++) q8_slots_row_256(out, out_stride, in, w, n, group_size, width, row, T, weights, dot4, biased);
