@@ -63,6 +63,9 @@ test-sanitize: run_sanitize test_all_sanitize
 ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_CFLAGS ?= -O3
 QEMU_ARM64 ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
+# -cpu max has the dot product and int8 matrix sets (dotprod, i8mm); the
+# Cortex-A72 has neither, so the kernel tests run again there to see them skipped
+ARM64_CPUS ?= max cortex-a72
 
 run_arm64: run.c
 	$(ARM64_CC) $(BASEFLAGS) $(RUNFLAGS) $(ARM64_CFLAGS) -o $@ run.c $(LDLIBS)
@@ -75,7 +78,9 @@ run_arm64_qemu: Makefile
 	chmod +x $@
 
 test-arm64: run_arm64 test_all_arm64 run_arm64_qemu
-	EMULATED=1 RUN=./run_arm64_qemu $(QEMU_ARM64) ./test_all_arm64
+	EMULATED=1 RUN=./run_arm64_qemu QEMU_CPU=$(firstword $(ARM64_CPUS)) $(QEMU_ARM64) ./test_all_arm64
+	for cpu in $(wordlist 2,9,$(ARM64_CPUS)); do \
+		QEMU_CPU=$$cpu $(QEMU_ARM64) ./test_all_arm64 --kernels || exit 1; done
 
 demo: run
 	./run demo/model.bin -z demo/tokenizer.bin -t 0 -n 200 -i "Once upon a time"

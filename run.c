@@ -15,7 +15,8 @@
      and forward(), the context shift; then loading a checkpoint and the run
      state, the tokenizer, the sampler. Read alone, it is the whole transformer.
    Part II, the speed: a thread pool, fast kernel sets chosen at start-up from
-     what the CPU has (SSE, AVX2, AVX-512, AVX-512 VNNI, NEON), and
+     what the CPU has (SSE, AVX2, AVX-VNNI, AVX-512, AVX-512 VNNI; NEON, its
+     dot product and int8 matrix multiply), and
      forward_batch(), which runs many tokens at once. Everything there computes
      exactly what Part I does, bit for bit; the tests check it. `make PLAIN=1`
      (-DRUN_PLAIN) leaves Part II out.
@@ -57,6 +58,11 @@
 #endif
 #if defined(__aarch64__) && !defined(RUN_PLAIN)
 #include <arm_neon.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 #endif
 
 /* Floats follow the source exactly: no multiply and add fused into one
@@ -2480,14 +2486,14 @@ typedef struct {
     PackForm packs_q8;
 } KernelSet;
 
-/* The int8 matrices of the vnni, avxvnni and avx2 sets, copied at load
-   (pack_weights()) in the order their kernels read them: per 16 rows and 64
-   bytes of each, vector k holds every row's k-th 4 bytes, in the set's
-   PackForm. Read in place, 16 rows side by side cost 16 shuffles per 64
-   bytes and 16 streams for the prefetchers; packed, one stream and none (the
-   matmuls of an 8-token step at stories110M's shape on Zen 4: 4.95 -> 3.95
-   ms, of one token 3.7 -> 3.2). Whole blocks of 16 rows, rows of whole
-   64-byte pieces, groups a multiple of 32. */
+/* The int8 matrices of the vnni, avxvnni, avx2, dotprod and i8mm sets,
+   copied at load (pack_weights()) in the order their kernels read them: per
+   16 rows and 64 bytes of each, vector k holds every row's k-th 4 bytes, in
+   the set's PackForm. Read in place, 16 rows side by side cost 16 shuffles
+   per 64 bytes and 16 streams for the prefetchers; packed, one stream and
+   none (the matmuls of an 8-token step at stories110M's shape on Zen 4: 4.95
+   -> 3.95 ms, of one token 3.7 -> 3.2). Whole blocks of 16 rows, rows of
+   whole 64-byte pieces, groups a multiple of 32. */
 static int q8_packable(int n, int group_size) { return n % 64 == 0 && group_size >= 32 && group_size % 32 == 0; }
 
 /* A packed block: 16 rows' weights, then their scales, group g's 16 side by side. */
@@ -2707,6 +2713,27 @@ static inline int32_t int16_pair(const int8_t *v) {
 #define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl")))
 #define VNNI __attribute__((target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define AVXVNNI __attribute__((target("avx2,fma,avxvnni")))
+#endif
+#if defined(__aarch64__)
+/* And ARM64's dot product and int8 matrix multiply sets: GCC compiles them
+   per function; clang (before 16) has their intrinsics only where the build
+   itself targets the feature (-mcpu=apple-m1, say), so only then has them. */
+#if !defined(__clang__) || defined(__ARM_FEATURE_DOTPROD)
+#define HAVE_DOTPROD 1
+#if defined(__clang__)
+#define DOTPROD
+#else
+#define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+#endif
+#if defined(HAVE_DOTPROD) && (!defined(__clang__) || defined(__ARM_FEATURE_MATMUL_INT8))
+#define HAVE_I8MM 1
+#if defined(__clang__)
+#define I8MM
+#else
+#define I8MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#endif
+#endif
 #endif
 
 /* ------------------------------------------------------------------------- */
@@ -4867,6 +4894,55 @@ prepare_q8_pairs_body(void *scratch, const int8_t *xq, const float *xs, int n, i
     }
 }
 
+#if defined(__x86_64__) || defined(HAVE_DOTPROD)
+/* The batched int8 kernels' input, made once per matmul by prepare_q8_*:
+   the values [n / per_slot][width] in 4-byte slots (or, for
+   q8_pairs_layout(), [n / 8][8 tokens] in 8-byte ones), then per group and
+   token the scales [groups][width] and (VNNI) the biases [groups][width]. */
+typedef struct {
+    const int32_t *x;
+    const float *scale;
+    const int32_t *bias;
+} Q8Tokens;
+
+static Q8Tokens q8_tokens_layout(const void *scratch, int n, int group_size, int T, int per_slot) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size;
+    const int32_t *x = scratch;
+    const float *scale = (const float *)(x + (size_t)n / per_slot * width);
+    return (Q8Tokens){x, scale, (const int32_t *)(scale + (size_t)groups * width)};
+}
+
+/* The layout q8_tokens_layout(scratch, n, group_size, T, 4) describes, for
+   the tokens [begin, end): token t's values j..j + 3 in the slot x[j / 4 *
+   width + t], its scales, and (biased) 128 times each group's sum; the
+   tokens from T to the next multiple of 8, zeros, which q8_slots_row_256()
+   reads 8 tokens at a time (and leaves out of its output). */
+static inline __attribute__((always_inline)) void
+prepare_q8_slots_body(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T, int begin,
+                      int end, int biased) {
+    int width = (T + 15) / 16 * 16, groups = n / group_size;
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    int32_t *x = (int32_t *)in.x, *bias = (int32_t *)in.bias;
+    float *scale = (float *)in.scale;
+    for (int t = begin; t < end && t < (T + 7) / 8 * 8; t++) {
+        const int8_t *v = xq + (size_t)t * n;
+        for (int j = 0; j < n; j += 4) {
+            int32_t word = 0;
+            if (t < T) memcpy(&word, v + j, sizeof word);
+            x[(size_t)j / 4 * width + t] = word;
+        }
+        for (int g = 0; g < groups; g++) {
+            scale[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
+            if (!biased) continue;
+            int32_t sum = 0;
+            if (t < T)
+                for (int k = 0; k < group_size; k++) sum += v[g * group_size + k];
+            bias[(size_t)g * width + t] = 128 * sum;
+        }
+    }
+}
+#endif
+
 #if defined(__x86_64__)
 /* ------------------------------------------------------------------------- */
 /* AVX-512 (and VNNI) kernels: 16 lanes, 16x16 transposes                     */
@@ -5314,23 +5390,6 @@ static AVX512 void quantize_avx512(int8_t *q, float *scale, const float *x, int 
             _mm_storeu_si128((__m128i *)(q + g * group_size + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
         }
     }
-}
-
-/* The batched int8 kernels' input, made once per matmul by prepare_q8_*:
-   the values [n / per_slot][width] in 4-byte slots (or, for
-   q8_pairs_layout(), [n / 8][8 tokens] in 8-byte ones), then per group and
-   token the scales [groups][width] and (VNNI) the biases [groups][width]. */
-typedef struct {
-    const int32_t *x;
-    const float *scale;
-    const int32_t *bias;
-} Q8Tokens;
-
-static Q8Tokens q8_tokens_layout(const void *scratch, int n, int group_size, int T, int per_slot) {
-    int width = (T + 15) / 16 * 16, groups = n / group_size;
-    const int32_t *x = scratch;
-    const float *scale = (const float *)(x + (size_t)n / per_slot * width);
-    return (Q8Tokens){x, scale, (const int32_t *)(scale + (size_t)groups * width)};
 }
 
 /* acc[r][v] = the integer dot products of weights [j0, j1) of rows row.. with
@@ -6085,36 +6144,6 @@ matmul_q8_packed_body(float *out, size_t out_stride, const void *scratch, const 
     for (; row < end; row++) q8_slots_row_256(out, out_stride, in, w, n, group_size, width, row, T, weights, dot4, biased);
 }
 
-/* The layout q8_tokens_layout(scratch, n, group_size, T, 4) describes, for
-   the tokens [begin, end): token t's values j..j + 3 in the slot x[j / 4 *
-   width + t], its scales, and (biased) 128 times each group's sum; the
-   tokens from T to the next multiple of 8, zeros, which q8_slots_row_256()
-   reads 8 tokens at a time (and leaves out of its output). */
-static inline __attribute__((always_inline)) void
-prepare_q8_slots_body(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T, int begin,
-                      int end, int biased) {
-    int width = (T + 15) / 16 * 16, groups = n / group_size;
-    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
-    int32_t *x = (int32_t *)in.x, *bias = (int32_t *)in.bias;
-    float *scale = (float *)in.scale;
-    for (int t = begin; t < end && t < (T + 7) / 8 * 8; t++) {
-        const int8_t *v = xq + (size_t)t * n;
-        for (int j = 0; j < n; j += 4) {
-            int32_t word = 0;
-            if (t < T) memcpy(&word, v + j, sizeof word);
-            x[(size_t)j / 4 * width + t] = word;
-        }
-        for (int g = 0; g < groups; g++) {
-            scale[(size_t)g * width + t] = t < T ? xs[(size_t)t * groups + g] : 0.0f;
-            if (!biased) continue;
-            int32_t sum = 0;
-            if (t < T)
-                for (int k = 0; k < group_size; k++) sum += v[g * group_size + k];
-            bias[(size_t)g * width + t] = 128 * sum;
-        }
-    }
-}
-
 /* KERNEL_SET_8LANE(avx2) makes these, the int8 kernels of the pairs layout */
 static AVX2 void prepare_q8_pairs_avx2(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
                                        int begin, int end);
@@ -6225,6 +6254,267 @@ QUANTIZE_ATTENTION_8LANE(neon, , transpose8, expf8_neon, pair_neon)
 KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, pair_neon, matvec_q8_neon, quantize_neon,
                  attention_block_neon, matvec_q4k_neon, matmul_q4k_tokens_neon, matvec_q6k_neon,
                  matmul_q6k_tokens_neon, prepare_q8_pairs_neon, matmul_q8_tokens_neon, PACK_NONE)
+
+/* ARMv8.2's dot product (sdot: 4 products of signed bytes added to each
+   int32 lane) and ARMv8.6's int8 matrix multiply (smmla: a 2x8 by 8x2 block
+   of signed bytes into a 2x2 one of int32), on the packed blocks the vnni
+   and avx2 sets read (pack_weights(), w as it is): the same layout and the
+   same order of sums as those sets' kernels, in NEON's 128-bit registers. */
+
+#if defined(HAVE_DOTPROD)
+/* One group's float steps for 4 rows and one token (its slot `at`) into
+   out, as q8_rows16_256() takes them: the exact sum times the rows' scales,
+   times the token's, added to the earlier groups' (the first to +0). */
+static inline __attribute__((always_inline)) void q8_group_term4_neon(float *out, int32x4_t sums, Q8Tokens in,
+                                                                     size_t at, const float *row_scales, int g) {
+    float32x4_t term = vmulq_f32(vmulq_f32(vcvtq_f32_s32(sums), vld1q_f32(row_scales)), vdupq_n_f32(in.scale[at]));
+    vst1q_f32(out, vaddq_f32(g ? vld1q_f32(out) : vdupq_n_f32(0.0f), term));
+}
+
+/* A row in no packed block (past the last multiple of 16, or where the tests
+   leave a matrix unpacked), for all T tokens from the slots, in Part I's order. */
+static void q8_slots_row_plain(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size,
+                               int width, int row, int T) {
+    const int8_t *q = w->q + (size_t)row * n;
+    int groups = n / group_size;
+    for (int t = 0; t < T; t++) {
+        float val = 0.0f;
+        for (int g = 0; g < groups; g++) {
+            int32_t ival = 0;
+            for (int j = g * group_size; j < (g + 1) * group_size; j += 4) {
+                int8_t x[4];
+                memcpy(x, in.x + (size_t)j / 4 * width + t, sizeof x);
+                for (int c = 0; c < 4; c++) ival += (int32_t)x[c] * q[j + c];
+            }
+            val += (float)ival * w->scale[(size_t)row * groups + g] * in.scale[(size_t)g * width + t];
+        }
+        out[(size_t)t * out_stride + row] = val;
+    }
+}
+
+/* q8_rows16_256() with sdot: for the L tokens from `first` (a constant: 1,
+   2 or 8), `quads` vectors of 4 rows from row + 4 * quad0 (4: the whole
+   block, each line read once, for 1 or 2 tokens; 2: half of it, for 8
+   tokens, whose 16 sums then fit the 32 registers with the weights'). */
+static inline __attribute__((always_inline)) DOTPROD void
+q8_rows16_dotprod(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
+                  int row, int first, int L, int quads, int quad0) {
+    const uint8_t *block = w->packed + (size_t)row / 16 * q8_packed_block_bytes(n, group_size);
+    const float *scales = (const float *)(block + (size_t)16 * n);
+    uintptr_t ahead = (uintptr_t)block + BLOCK_PREFETCH_BYTES; /* an address only: maybe past the copy */
+    int32x4_t acc[8][4];
+    for (int t = 0; t < L; t++)
+        for (int q = 0; q < quads; q++) acc[t][q] = vdupq_n_s32(0);
+    for (int c = 0; c < n / 64; c++) {
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            if (first == 0 && quad0 == 0) __builtin_prefetch((const void *)(ahead + (size_t)1024 * c + 64 * k), 0, 3);
+            int8x16_t wq[4];
+            const int8_t *wk = (const int8_t *)block + (size_t)64 * (16 * c + k) + 16 * quad0;
+            for (int q = 0; q < quads; q++) wq[q] = vld1q_s8(wk + 16 * q);
+            const int32_t *x = in.x + (size_t)(16 * c + k) * width + first;
+#pragma GCC unroll 8
+            for (int t = 0; t < L; t++) {
+                int8x16_t xt = vreinterpretq_s8_s32(vld1q_dup_s32(x + t));
+                for (int q = 0; q < quads; q++) acc[t][q] = vdotq_s32(acc[t][q], wq[q], xt);
+            }
+            int done = 64 * c + 4 * k + 4;
+            if (done % group_size) continue;
+            int g = done / group_size - 1;
+            for (int t = 0; t < L; t++)
+                for (int q = 0; q < quads; q++) {
+                    q8_group_term4_neon(out + (size_t)(first + t) * out_stride + row + 4 * (quad0 + q), acc[t][q], in,
+                                        (size_t)g * width + first + t, scales + 16 * g + 4 * (quad0 + q), g);
+                    acc[t][q] = vdupq_n_s32(0);
+                }
+        }
+    }
+}
+
+/* q8_rows16_dotprod() with the common group size as a constant. */
+static inline __attribute__((always_inline)) DOTPROD void
+q8_pass_dotprod(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
+                int row, int first, int L, int quads, int quad0) {
+    if (group_size == 64) q8_rows16_dotprod(out, out_stride, in, w, n, 64, width, row, first, L, quads, quad0);
+    else q8_rows16_dotprod(out, out_stride, in, w, n, group_size, width, row, first, L, quads, quad0);
+}
+
+/* The tokens left after the passes of 8 (all of them when decoding), 2 at a
+   time with the whole block. */
+static inline __attribute__((always_inline)) DOTPROD void
+q8_tail_dotprod(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
+                int row, int first, int T) {
+    for (; first < T; first += 2) {
+        if (T - first == 1) q8_pass_dotprod(out, out_stride, in, w, n, group_size, width, row, first, 1, 4, 0);
+        else q8_pass_dotprod(out, out_stride, in, w, n, group_size, width, row, first, 2, 4, 0);
+    }
+}
+
+static DOTPROD void prepare_q8_packed_dotprod(void *scratch, const int8_t *xq, const float *xs, int n, int group_size,
+                                              int T, int begin, int end) {
+    if (q8_packable(n, group_size)) prepare_q8_slots_body(scratch, xq, xs, n, group_size, T, begin, end, 0);
+    else prepare_q8_pairs_neon(scratch, xq, xs, n, group_size, T, begin, end);
+}
+
+/* matmul_q8_packed_body() for NEON: passes of 8 tokens over each half of a
+   block, the rest with q8_tail_dotprod(), rows past the blocks one at a time. */
+static DOTPROD void matmul_q8_packed_dotprod(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                             const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    if (!q8_packable(n, group_size)) {
+        matmul_q8_tokens_neon(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end);
+        return;
+    }
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    int width = (T + 15) / 16 * 16, row = begin;
+    for (; w->packed && row + 16 <= end; row += 16) {
+        int first = 0;
+        for (; first + 8 <= T; first += 8)
+            for (int half = 0; half < 2; half++)
+                q8_pass_dotprod(out, out_stride, in, w, n, group_size, width, row, first, 8, 2, 2 * half);
+        q8_tail_dotprod(out, out_stride, in, w, n, group_size, width, row, first, T);
+    }
+    for (; row < end; row++) q8_slots_row_plain(out, out_stride, in, w, n, group_size, width, row, T);
+}
+#endif
+
+#if defined(HAVE_I8MM)
+/* 8 tokens from `first` through rows 8 * half .. 8 * half + 7 of a packed
+   block with smmla, 8 bytes of a row at a time: words k and k + 1 of rows
+   (2i, 2i + 1), zipped, meet the same words of tokens (2j, 2j + 1), zipped,
+   into acc[i][j] = {r0.t0, r0.t1, r1.t0, r1.t1}; a group's sums are then
+   unzipped into each token's 4 rows. 16 smmla and 8 zips for 512 products,
+   where sdot takes 32. */
+static inline __attribute__((always_inline)) I8MM void
+q8_rows8_i8mm(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row,
+              int first, int half) {
+    const uint8_t *block = w->packed + (size_t)row / 16 * q8_packed_block_bytes(n, group_size);
+    const float *scales = (const float *)(block + (size_t)16 * n);
+    uintptr_t ahead = (uintptr_t)block + BLOCK_PREFETCH_BYTES;
+    int32x4_t acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = vdupq_n_s32(0);
+    for (int c = 0; c < n / 64; c++) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 16; k += 2) {
+            if (first == 0 && half == 0) {
+                __builtin_prefetch((const void *)(ahead + (size_t)1024 * c + 64 * k), 0, 3);
+                __builtin_prefetch((const void *)(ahead + (size_t)1024 * c + 64 * k + 64), 0, 3);
+            }
+            const int8_t *wk = (const int8_t *)block + (size_t)64 * (16 * c + k) + 32 * half;
+            const int32_t *xk = in.x + (size_t)(16 * c + k) * width + first;
+            int8x16_t rows[4], tokens[4];
+            for (int v = 0; v < 2; v++) {
+                int32x4_t a = vreinterpretq_s32_s8(vld1q_s8(wk + 16 * v));
+                int32x4_t b = vreinterpretq_s32_s8(vld1q_s8(wk + 64 + 16 * v)); /* word k + 1 */
+                rows[2 * v] = vreinterpretq_s8_s32(vzip1q_s32(a, b));
+                rows[2 * v + 1] = vreinterpretq_s8_s32(vzip2q_s32(a, b));
+                int32x4_t x0 = vld1q_s32(xk + 4 * v), x1 = vld1q_s32(xk + width + 4 * v);
+                tokens[2 * v] = vreinterpretq_s8_s32(vzip1q_s32(x0, x1));
+                tokens[2 * v + 1] = vreinterpretq_s8_s32(vzip2q_s32(x0, x1));
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] = vmmlaq_s32(acc[i][j], rows[i], tokens[j]);
+            int done = 64 * c + 4 * k + 8;
+            if (done % group_size) continue;
+            int g = done / group_size - 1;
+            for (int j = 0; j < 4; j++)
+                for (int p = 0; p < 2; p++) {
+                    int t = first + 2 * j + p;
+                    for (int v = 0; v < 2; v++) { /* rows 4v .. 4v + 3 of the half */
+                        int32x4_t sums = p ? vuzp2q_s32(acc[2 * v][j], acc[2 * v + 1][j])
+                                           : vuzp1q_s32(acc[2 * v][j], acc[2 * v + 1][j]);
+                        q8_group_term4_neon(out + (size_t)t * out_stride + row + 8 * half + 4 * v, sums, in,
+                                            (size_t)g * width + t, scales + 16 * g + 8 * half + 4 * v, g);
+                    }
+                }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] = vdupq_n_s32(0);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) I8MM void
+q8_pass8_i8mm(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width, int row,
+              int first, int half) {
+    if (group_size == 64) q8_rows8_i8mm(out, out_stride, in, w, n, 64, width, row, first, half);
+    else q8_rows8_i8mm(out, out_stride, in, w, n, group_size, width, row, first, half);
+}
+
+/* matmul_q8_packed_dotprod() with smmla's passes of 8 tokens. */
+static I8MM void matmul_q8_packed_i8mm(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                       const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    if (!q8_packable(n, group_size)) {
+        matmul_q8_tokens_neon(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end);
+        return;
+    }
+    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
+    int width = (T + 15) / 16 * 16, row = begin;
+    for (; w->packed && row + 16 <= end; row += 16) {
+        int first = 0;
+        for (; first + 8 <= T; first += 8)
+            for (int half = 0; half < 2; half++)
+                q8_pass8_i8mm(out, out_stride, in, w, n, group_size, width, row, first, half);
+        q8_tail_dotprod(out, out_stride, in, w, n, group_size, width, row, first, T);
+    }
+    for (; row < end; row++) q8_slots_row_plain(out, out_stride, in, w, n, group_size, width, row, T);
+}
+#endif
+
+#if defined(HAVE_DOTPROD)
+/* Linux reports the features in the auxiliary vector (HWCAP_ASIMDDP,
+   HWCAP2_I8MM), macOS by sysctl; a build that targets one has it. */
+static int cpu_has_dotprod(void) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return 1;
+#elif defined(__linux__)
+    return getauxval(AT_HWCAP) >> 20 & 1;
+#elif defined(__APPLE__)
+    int has = 0;
+    size_t size = sizeof has;
+    return sysctlbyname("hw.optional.arm.FEAT_DotProd", &has, &size, NULL, 0) == 0 && has;
+#else
+    return 0;
+#endif
+}
+
+/* NEON with sdot: the neon set but for its int8 matmuls, on packed blocks. */
+static const KernelSet dotprod_kernels = {
+    .name = "dotprod", .cpu_has = cpu_has_dotprod, .matvec = matvec_neon, .quantize = quantize_neon,
+    .matvec_q8 = matvec_q8_neon, .matvec_q4k = matvec_q4k_neon, .matvec_q6k = matvec_q6k_neon,
+    .softmax = softmax_neon, .argmax = argmax_neon, .swiglu = swiglu_neon, .rope = rope_neon,
+    .rmsnorm_tokens = rmsnorm_tokens_neon, .attention_block = attention_block_neon, .prepare_tokens = prepare_tokens8,
+    .matmul_tokens = matmul_tokens_neon, .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_packed_dotprod,
+    .matmul_q8_tokens = matmul_q8_packed_dotprod, .matmul_q4k_tokens = matmul_q4k_tokens_neon,
+    .matmul_q6k_tokens = matmul_q6k_tokens_neon, .packs_q8 = PACK_SIGNED,
+};
+#endif
+
+#if defined(HAVE_I8MM)
+static int cpu_has_i8mm(void) {
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+    return cpu_has_dotprod();
+#elif defined(__linux__)
+    return cpu_has_dotprod() && (getauxval(AT_HWCAP2) >> 13 & 1);
+#elif defined(__APPLE__)
+    int has = 0;
+    size_t size = sizeof has;
+    return cpu_has_dotprod() && sysctlbyname("hw.optional.arm.FEAT_I8MM", &has, &size, NULL, 0) == 0 && has;
+#else
+    return 0;
+#endif
+}
+
+/* The dotprod set with smmla for 8 tokens at a time. */
+static const KernelSet i8mm_kernels = {
+    .name = "i8mm", .cpu_has = cpu_has_i8mm, .matvec = matvec_neon, .quantize = quantize_neon,
+    .matvec_q8 = matvec_q8_neon, .matvec_q4k = matvec_q4k_neon, .matvec_q6k = matvec_q6k_neon,
+    .softmax = softmax_neon, .argmax = argmax_neon, .swiglu = swiglu_neon, .rope = rope_neon,
+    .rmsnorm_tokens = rmsnorm_tokens_neon, .attention_block = attention_block_neon, .prepare_tokens = prepare_tokens8,
+    .matmul_tokens = matmul_tokens_neon, .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_packed_dotprod,
+    .matmul_q8_tokens = matmul_q8_packed_i8mm, .matmul_q4k_tokens = matmul_q4k_tokens_neon,
+    .matmul_q6k_tokens = matmul_q6k_tokens_neon, .packs_q8 = PACK_SIGNED,
+};
+#endif
 #endif
 
 /* Every set this build has, slowest first. */
@@ -6235,6 +6525,12 @@ static const KernelSet *const kernel_sets[] = {
 #endif
 #if defined(__aarch64__)
     &neon_kernels,
+#if defined(HAVE_DOTPROD)
+    &dotprod_kernels,
+#endif
+#if defined(HAVE_I8MM)
+    &i8mm_kernels,
+#endif
 #endif
 };
 #define N_KERNEL_SETS ((int)(sizeof kernel_sets / sizeof kernel_sets[0]))

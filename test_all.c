@@ -3374,12 +3374,14 @@ static void test_kernel_sets(void) {
     }
 }
 
+#if defined(__x86_64__) || defined(__aarch64__)
 #if defined(__x86_64__)
 /* Instruction sets by encoding, the way a CPU that lacks one fails on it, as
    bits: none for legacy (SSE2, every x86-64), VEX (AVX, AVX2, FMA), EVEX
    (AVX-512), the AVX-512 VNNI dot products (EVEX) and AVX-VNNI's (VEX, which
    objdump marks {vex}): a CPU can have either VNNI without the other. */
 enum { ISA_VEX = 1, ISA_EVEX = 2, ISA_VNNI = 4, ISA_AVXVNNI = 8 };
+#define OBJDUMP "objdump"
 
 static int encoding_features(const char *bytes, const char *text) {
     unsigned op = 0;
@@ -3392,6 +3394,23 @@ static int encoding_features(const char *bytes, const char *text) {
     if (op == 0xc4 || op == 0xc5) return ISA_VEX | (dot ? ISA_AVXVNNI : 0); /* VEX (LES and LDS in 32-bit code only) */
     return 0;
 }
+#else
+/* ARM64: NEON is in every ARMv8-A; the dot products (sdot, udot) and the
+   int8 matrix multiplies (smmla and its kin, usdot, sudot) are not. By
+   mnemonic; a host objdump that reads x86 only would see none, so the
+   cross binutils' comes first. */
+enum { ISA_DOTPROD = 1, ISA_I8MM = 2 };
+#define OBJDUMP "aarch64-linux-gnu-objdump"
+
+static int encoding_features(const char *bytes, const char *text) {
+    (void)bytes;
+    char mnemonic[16] = "";
+    sscanf(text, "%15s", mnemonic);
+    if (!strcmp(mnemonic, "sdot") || !strcmp(mnemonic, "udot")) return ISA_DOTPROD;
+    if (strstr(mnemonic, "mmla") || !strcmp(mnemonic, "usdot") || !strcmp(mnemonic, "sudot")) return ISA_I8MM;
+    return 0;
+}
+#endif
 
 typedef struct {
     uint64_t start;
@@ -3423,11 +3442,12 @@ static DisFunction *find_dis_function(DisFunction *f, int n, uint64_t start) {
 
 /* objdump -d of this very binary: each function's encodings and references. */
 static DisFunction *disassemble_self(int *count) {
-    char exe[4096], cmd[4200], line[4096];
+    char exe[4096], cmd[8400], line[4096];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) return NULL;
     exe[len] = 0;
-    snprintf(cmd, sizeof cmd, "objdump -d -w '%s' 2>/dev/null", exe);
+    snprintf(cmd, sizeof cmd, "(command -v " OBJDUMP " >/dev/null && " OBJDUMP " -d -w '%s' || objdump -d -w '%s')"
+             " 2>/dev/null", exe, exe);
     FILE *p = popen(cmd, "r");
     if (!p) return NULL;
     DisFunction *f = NULL;
@@ -3520,6 +3540,7 @@ static void test_kernel_instructions(void) {
         return;
     }
     int built_for = 0;
+#if defined(__x86_64__)
 #if defined(__AVX__)
     built_for |= ISA_VEX;
 #endif
@@ -3532,6 +3553,14 @@ static void test_kernel_instructions(void) {
 #if defined(__AVXVNNI__)
     built_for |= ISA_AVXVNNI;
 #endif
+#else
+#if defined(__ARM_FEATURE_DOTPROD)
+    built_for |= ISA_DOTPROD;
+#endif
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+    built_for |= ISA_I8MM;
+#endif
+#endif
     uint64_t main_at = 0;
     for (int i = 0; i < n; i++)
         if (strcmp(f[i].name, "run_main") == 0) main_at = f[i].start;
@@ -3540,11 +3569,22 @@ static void test_kernel_instructions(void) {
         const KernelSet *set;
         int features;
     } sets[] = {{&plain_kernels, 0},
+#if defined(__x86_64__)
                 {&sse_kernels, 0},
                 {&avx2_kernels, ISA_VEX},
                 {&avxvnni_kernels, ISA_VEX | ISA_AVXVNNI},
                 {&avx512_kernels, ISA_VEX | ISA_EVEX},
-                {&vnni_kernels, ISA_VEX | ISA_EVEX | ISA_VNNI}};
+                {&vnni_kernels, ISA_VEX | ISA_EVEX | ISA_VNNI}
+#else
+                {&neon_kernels, 0},
+#if defined(HAVE_DOTPROD)
+                {&dotprod_kernels, ISA_DOTPROD},
+#endif
+#if defined(HAVE_I8MM)
+                {&i8mm_kernels, ISA_DOTPROD | ISA_I8MM},
+#endif
+#endif
+    };
     int n_sets = (int)(sizeof sets / sizeof sets[0]);
     char counts[256] = "";
     check(main_at != 0 && n_sets == N_KERNEL_SETS, "instruction audit: run_main not found, or a set missing here");
@@ -3580,7 +3620,7 @@ static void test_kernel_instructions(void) {
 }
 #else
 static void test_kernel_instructions(void) {
-    skip("the kernel sets' instructions: the audit reads x86-64 encodings, and this is another architecture");
+    skip("the kernel sets' instructions: the audit reads x86-64 and ARM64 code, and this is another architecture");
 }
 #endif
 
@@ -5394,9 +5434,19 @@ static void test_long_context_memory(const char *tokenizer) {
 
 int main(int argc, char **argv) {
     quick = argc == 2 && strcmp(argv[1], "--quick") == 0;
-    if (argc > 1 && !quick) {
-        fprintf(stderr, "usage: test_all [--quick]\n");
+    int kernels_only = argc == 2 && strcmp(argv[1], "--kernels") == 0;
+    if (argc > 1 && !quick && !kernels_only) {
+        fprintf(stderr, "usage: test_all [--quick | --kernels]\n");
         return 2;
+    }
+    if (kernels_only) { /* make test-arm64's second CPU: the sets it has, chosen as on a user's machine */
+        printf("kernels only: the forward pass, packing and every kernel set this CPU has\n");
+        test_forward_matches_reference();
+        test_packed_int8_model();
+        test_kernel_sets();
+        test_kernel_instructions();
+        printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+        return failed ? 1 : 0;
     }
     /* the end-to-end tests run run.c's main() on these files, the tiny model and
        the digits tokenizer; the Python scripts run the binary $RUN (./run) */
