@@ -2716,8 +2716,10 @@ static inline int32_t int16_pair(const int8_t *v) {
 #endif
 #if defined(__aarch64__)
 /* And ARM64's dot product and int8 matrix multiply sets: GCC compiles them
-   per function; clang (before 16) has their intrinsics only where the build
-   itself targets the feature (-mcpu=apple-m1, say), so only then has them. */
+   per function, whatever the build's -march (so the inlined helpers they
+   call carry the same target); clang's arm_neon.h (14) has their intrinsics
+   only where the build targets the feature (-mcpu=apple-m1, say), so with
+   clang the sets are there only then. */
 #if !defined(__clang__) || defined(__ARM_FEATURE_DOTPROD)
 #define HAVE_DOTPROD 1
 #if defined(__clang__)
@@ -6265,8 +6267,9 @@ KERNEL_SET_8LANE(neon, , cpu_has_always, 2, 6, 4, transpose8, expf8_neon, pair_n
 /* One group's float steps for 4 rows and one token (its slot `at`) into
    out, as q8_rows16_256() takes them: the exact sum times the rows' scales,
    times the token's, added to the earlier groups' (the first to +0). */
-static inline __attribute__((always_inline)) void q8_group_term4_neon(float *out, int32x4_t sums, Q8Tokens in,
-                                                                     size_t at, const float *row_scales, int g) {
+static inline __attribute__((always_inline)) DOTPROD void q8_group_term4_neon(float *out, int32x4_t sums, Q8Tokens in,
+                                                                             size_t at, const float *row_scales,
+                                                                             int g) {
     float32x4_t term = vmulq_f32(vmulq_f32(vcvtq_f32_s32(sums), vld1q_f32(row_scales)), vdupq_n_f32(in.scale[at]));
     vst1q_f32(out, vaddq_f32(g ? vld1q_f32(out) : vdupq_n_f32(0.0f), term));
 }
@@ -6350,8 +6353,8 @@ q8_tail_dotprod(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int
     }
 }
 
-static DOTPROD void prepare_q8_packed_dotprod(void *scratch, const int8_t *xq, const float *xs, int n, int group_size,
-                                              int T, int begin, int end) {
+static void prepare_q8_packed_dotprod(void *scratch, const int8_t *xq, const float *xs, int n, int group_size, int T,
+                                      int begin, int end) {
     if (q8_packable(n, group_size)) prepare_q8_slots_body(scratch, xq, xs, n, group_size, T, begin, end, 0);
     else prepare_q8_pairs_neon(scratch, xq, xs, n, group_size, T, begin, end);
 }
@@ -6467,7 +6470,7 @@ static int cpu_has_dotprod(void) {
 #if defined(__ARM_FEATURE_DOTPROD)
     return 1;
 #elif defined(__linux__)
-    return getauxval(AT_HWCAP) >> 20 & 1;
+    return getauxval(AT_HWCAP) >> 20 & 1; /* HWCAP_ASIMDDP */
 #elif defined(__APPLE__)
     int has = 0;
     size_t size = sizeof has;
@@ -6494,7 +6497,7 @@ static int cpu_has_i8mm(void) {
 #if defined(__ARM_FEATURE_MATMUL_INT8)
     return cpu_has_dotprod();
 #elif defined(__linux__)
-    return cpu_has_dotprod() && (getauxval(AT_HWCAP2) >> 13 & 1);
+    return cpu_has_dotprod() && (getauxval(AT_HWCAP2) >> 13 & 1); /* HWCAP2_I8MM */
 #elif defined(__APPLE__)
     int has = 0;
     size_t size = sizeof has;

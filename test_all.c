@@ -1604,9 +1604,9 @@ static void test_q4k_model(void) {
     }
 }
 
-/* Int8 matrices the packing sets (vnni, avxvnni, avx2) pack at load: rows of whole 64-byte pieces,
-   groups of 32 and 64 (the classifier's 40 rows: 2 blocks of 16 and 8 rows
-   left as they are). Where no set packs, the models still run, unpacked. */
+/* Int8 matrices the packing sets (vnni, avxvnni, avx2, dotprod, i8mm) pack
+   at load: rows of whole 64-byte pieces, groups of 32 and 64 (the
+   classifier's 40 rows: 2 blocks of 16 and 8 rows left as they are). Where no set packs, the models still run, unpacked. */
 static void test_packed_int8_model(void) {
     int packs = 0;
     for (int k = 0; k < N_KERNEL_SETS; k++) packs |= kernel_sets[k]->packs_q8 && kernel_sets[k]->cpu_has();
@@ -3374,6 +3374,26 @@ static void test_kernel_sets(void) {
     }
 }
 
+#if defined(__aarch64__)
+/* make test-arm64 names the set each qemu CPU should get (EXPECT_KERNELS):
+   the start-up choice reads the features as a user's machine reports them,
+   so a set wrongly missing (or wrongly there, which a CPU without it would
+   not survive) shows here. */
+static void test_kernel_choice(void) {
+    const char *expect = getenv("EXPECT_KERNELS");
+    if (!expect || !expect[0]) {
+        skip("the start-up choice of kernels: EXPECT_KERNELS (set by make test-arm64) names none to expect");
+        return;
+    }
+    const KernelSet *chosen = choose_kernels(NULL);
+    int ok = strcmp(chosen->name, expect) == 0;
+    check(ok, "the start-up choice of kernels: %s, where this CPU should get %s", chosen->name, expect);
+    if (ok) printf("start-up choice of kernels on this CPU: %s, as expected\n", chosen->name);
+}
+#else
+static void test_kernel_choice(void) {}
+#endif
+
 #if defined(__x86_64__) || defined(__aarch64__)
 #if defined(__x86_64__)
 /* Instruction sets by encoding, the way a CPU that lacks one fails on it, as
@@ -3407,7 +3427,9 @@ static int encoding_features(const char *bytes, const char *text) {
     char mnemonic[16] = "";
     sscanf(text, "%15s", mnemonic);
     if (!strcmp(mnemonic, "sdot") || !strcmp(mnemonic, "udot")) return ISA_DOTPROD;
-    if (strstr(mnemonic, "mmla") || !strcmp(mnemonic, "usdot") || !strcmp(mnemonic, "sudot")) return ISA_I8MM;
+    if (!strcmp(mnemonic, "smmla") || !strcmp(mnemonic, "ummla") || !strcmp(mnemonic, "usmmla") ||
+        !strcmp(mnemonic, "usdot") || !strcmp(mnemonic, "sudot"))
+        return ISA_I8MM;
     return 0;
 }
 #endif
@@ -5443,6 +5465,7 @@ int main(int argc, char **argv) {
         printf("kernels only: the forward pass, packing and every kernel set this CPU has\n");
         test_forward_matches_reference();
         test_packed_int8_model();
+        test_kernel_choice();
         test_kernel_sets();
         test_kernel_instructions();
         printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
@@ -5502,6 +5525,7 @@ int main(int argc, char **argv) {
     test_top_k_large();
 
     /* kernel sets and batching */
+    test_kernel_choice();
     test_kernel_sets();
     test_kernel_instructions();
     test_threads_deterministic();
