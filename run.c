@@ -3741,7 +3741,7 @@ static void pair_neon(i32x8 *acc, const int16_t *x, int32_t w_pair) {
    4-7 (mins 0-3); the low and high nibbles of bytes 8-11 (scales and mins
    4-7), with the top 2 bits of bytes 0-3 and 4-7 above them. A table index
    past 15 gives 0. The 16 bytes read end inside the block. */
-static inline __attribute__((always_inline)) uint8x16_t q4k_scales_mins_neon(const uint8_t *packed) {
+static inline uint8x16_t q4k_scales_mins_neon(const uint8_t *packed) { /* inline where the target allows */
     static const uint8_t low_order[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11};
     static const uint8_t top_order[16] = {255, 255, 255, 255, 0, 1, 2, 3, 255, 255, 255, 255, 4, 5, 6, 7};
     static const uint8_t six_bit_mask[16] = {63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0};
@@ -3921,9 +3921,25 @@ static inline __attribute__((always_inline)) void q6k_unpack_tokens_neon(const u
     u->d = vdupq_n_f32(half_to_float(block + Q6K_D));
 }
 
-/* Lane k of the result: the sum of the 4 lanes of v[k], for 4 vectors. */
-static inline __attribute__((always_inline)) int32x4_t lane_totals_neon(const int32x4_t v[4]) {
-    return vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]));
+/* The float steps of block_tokens_neon() (and the dotprod set's): each
+   token's integer dot product (the lanes of dots[k] added up) times d, less
+   (q4k) dmin times the mins' products with the inputs' sums. Inline where
+   the caller's target allows it (not always_inline: see DOTPROD). */
+static inline void block_floats_neon(const BlockUnpackedNeon *u, const uint8_t *in, int q6k, const int32x4_t dots[8],
+                                     float32x4_t sums[2]) {
+    for (int i = 0; i < 2; i++) {
+        float32x4_t dot = vcvtq_f32_s32(vpaddq_s32(vpaddq_s32(dots[4 * i], dots[4 * i + 1]),
+                                                   vpaddq_s32(dots[4 * i + 2], dots[4 * i + 3])));
+        sums[i] = vmulq_f32(u->d, dot);
+        if (q6k) continue;
+        int32x4_t mins = vdupq_n_s32(0); /* tokens 4i to 4i + 3 */
+        for (int p = 0; p < 4; p++) {
+            int16x8_t x_sums = vld1q_s16((const int16_t *)(in + TOKEN_SUMS32 + 32 * p + 16 * i));
+            mins = vaddq_s32(mins, vpaddq_s32(vmull_s16(vget_low_s16(x_sums), vget_low_s16(u->min_pairs[p])),
+                                              vmull_high_s16(x_sums, u->min_pairs[p])));
+        }
+        sums[i] = vsubq_f32(sums[i], vmulq_f32(u->dmin, vcvtq_f32_s32(mins)));
+    }
 }
 
 /* One q4k or q6k block times the inputs of 8 tokens (prepare_block_tokens()),
@@ -3957,27 +3973,18 @@ static inline __attribute__((always_inline)) void block_tokens_neon(const BlockU
         }
         dots[k] = vaddq_s32(acc[0], acc[1]);
     }
-    for (int i = 0; i < 2; i++) {
-        float32x4_t dot = vcvtq_f32_s32(lane_totals_neon(dots + 4 * i));
-        sums[i] = vmulq_f32(u->d, dot);
-        if (q6k) continue;
-        int32x4_t mins = vdupq_n_s32(0); /* tokens 4i to 4i + 3 */
-        for (int p = 0; p < 4; p++) {
-            int16x8_t x_sums = vld1q_s16((const int16_t *)(in + TOKEN_SUMS32 + 32 * p + 16 * i));
-            mins = vaddq_s32(mins, vpaddq_s32(vmull_s16(vget_low_s16(x_sums), vget_low_s16(u->min_pairs[p])),
-                                              vmull_high_s16(x_sums, u->min_pairs[p])));
-        }
-        sums[i] = vsubq_f32(sums[i], vmulq_f32(u->dmin, vcvtq_f32_s32(mins)));
-    }
+    block_floats_neon(u, in, q6k, dots, sums);
 }
 
 /* matvec_q4k_neon() or matvec_q6k_neon() for T <= MAX_BATCH tokens at once,
    as matmul_blocks_tokens_avx2() does it: rows in tiles, each block unpacked
    once for every group of 8 tokens, 8 tokens in the lanes of two vectors,
    each lane adding up its blocks in order as the plain kernel does. */
-static inline __attribute__((always_inline)) void matmul_blocks_tokens_neon(float *out, size_t out_stride,
-                                                                            const void *tokens, const uint8_t *weights,
-                                                                            int q6k, int n, int T, int begin, int end) {
+typedef void (*BlockTokensFn)(const BlockUnpackedNeon *u, const uint8_t *in, int q6k, float32x4_t sums[2]);
+
+static inline __attribute__((always_inline)) void
+matmul_blocks_tokens_neon(float *out, size_t out_stride, const void *tokens, const uint8_t *weights, int q6k, int n,
+                          int T, int begin, int end, BlockTokensFn block_tokens) {
     size_t block_bytes = q6k ? Q6K_BLOCK_BYTES : Q4K_BLOCK_BYTES;
     int blocks = n / 256, groups = (T + 7) / 8;
     for (int tile = begin; tile < end; tile += ROW_TILE) {
@@ -3998,7 +4005,7 @@ static inline __attribute__((always_inline)) void matmul_blocks_tokens_neon(floa
                 const float *x_scales = (const float *)(in + TOKEN_SCALES);
                 for (int r = 0; r < rows; r++) {
                     float32x4_t sums[2];
-                    block_tokens_neon(&u[r], in, q6k, sums);
+                    block_tokens(&u[r], in, q6k, sums);
                     for (int i = 0; i < 2; i++)
                         val[g][r][i] = vaddq_f32(val[g][r][i], vmulq_f32(vld1q_f32(x_scales + 4 * i), sums[i]));
                 }
@@ -4015,12 +4022,12 @@ static inline __attribute__((always_inline)) void matmul_blocks_tokens_neon(floa
 
 static void matmul_q4k_tokens_neon(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
                                    int begin, int end) {
-    matmul_blocks_tokens_neon(out, out_stride, tokens, w->q4k, 0, n, T, begin, end);
+    matmul_blocks_tokens_neon(out, out_stride, tokens, w->q4k, 0, n, T, begin, end, block_tokens_neon);
 }
 
 static void matmul_q6k_tokens_neon(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
                                    int begin, int end) {
-    matmul_blocks_tokens_neon(out, out_stride, tokens, w->q6k, 1, n, T, begin, end);
+    matmul_blocks_tokens_neon(out, out_stride, tokens, w->q6k, 1, n, T, begin, end, block_tokens_neon);
 }
 #endif
 
@@ -6342,6 +6349,121 @@ q8_pass_dotprod(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int
     else q8_rows16_dotprod(out, out_stride, in, w, n, group_size, width, row, first, L, quads, quad0);
 }
 
+/* The dotprod set's q4k and q6k kernels: sdot adds 4 byte products into each
+   int32 lane, so a sub-block's products need no int16 step before its scale
+   (as matvec_q4k_neon() and block_tokens_neon() take them); the integer dot
+   product of a block is the same number, so the floats are Part I's. */
+static DOTPROD void matvec_q4k_dotprod(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                       int end) {
+    int blocks = n / Q4K_BLOCK;
+    for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
+        int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
+        int16_t x_sums[BLOCKS_PER_CHUNK * 8];
+        input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 32);
+        for (int i = begin; i < end; i++) {
+            const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
+            float val = c0 ? out[i] : 0.0f; /* the earlier chunks' sum */
+            for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
+                const int8_t *x = xq + (size_t)Q4K_BLOCK * b;
+                for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64)
+                    __builtin_prefetch((const void *)((uintptr_t)block + line + BLOCK_PREFETCH_BYTES));
+                uint8x16_t scales_mins = q4k_scales_mins_neon(block + 4);
+                int16_t scales[8];
+                vst1q_s16(scales, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(scales_mins))));
+                int16x8_t mins = vreinterpretq_s16_u16(vmovl_high_u8(scales_mins));
+                int16x8_t sums = vld1q_s16(x_sums + 8 * (b - c0));
+                int32x4_t acc[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+                for (int pair = 0; pair < 4; pair++) {
+                    uint8x16_t q0 = vld1q_u8(block + 16 + 32 * pair), q1 = vld1q_u8(block + 32 + 32 * pair);
+                    int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(q0, vdupq_n_u8(15)));
+                    int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(q1, vdupq_n_u8(15)));
+                    int8x16_t hi0 = vreinterpretq_s8_u8(vshrq_n_u8(q0, 4));
+                    int8x16_t hi1 = vreinterpretq_s8_u8(vshrq_n_u8(q1, 4));
+                    const int8_t *xp = x + 64 * pair;
+                    int32x4_t lo = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo0, vld1q_s8(xp)), lo1, vld1q_s8(xp + 16));
+                    int32x4_t hi = vdotq_s32(vdotq_s32(vdupq_n_s32(0), hi0, vld1q_s8(xp + 32)), hi1, vld1q_s8(xp + 48));
+                    acc[0] = vmlaq_n_s32(acc[0], lo, scales[2 * pair]);
+                    acc[1] = vmlaq_n_s32(acc[1], hi, scales[2 * pair + 1]);
+                }
+                int32_t dot = vaddvq_s32(vaddq_s32(acc[0], acc[1]));
+                int32x4_t min_products = vmlal_high_s16(vmull_s16(vget_low_s16(mins), vget_low_s16(sums)), mins, sums);
+                int32_t min_total = vaddvq_s32(min_products);
+                val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)min_total);
+            }
+            out[i] = val;
+        }
+    }
+}
+
+static DOTPROD void matvec_q6k_dotprod(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                                       int end) {
+    int blocks = n / Q6K_BLOCK;
+    for (int i = begin; i < end; i++) {
+        const uint8_t *block = w->q6k + (size_t)i * blocks * Q6K_BLOCK_BYTES;
+        float val = 0.0f;
+        for (int b = 0; b < blocks; b++, block += Q6K_BLOCK_BYTES) {
+            const int8_t *x = xq + (size_t)Q6K_BLOCK * b;
+            for (int line = 0; line < Q6K_BLOCK_BYTES; line += 64)
+                __builtin_prefetch((const void *)((uintptr_t)block + line + BLOCK_PREFETCH_BYTES));
+            int32x4_t acc[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+            for (int half = 0; half < 2; half++) {
+                const uint8_t *low = block + 64 * half, *high = block + Q6K_HIGH_BITS + 32 * half;
+                for (int m = 0; m < 4; m++)
+                    for (int part = 0; part < 2; part++) { /* values 128 half + 32 m + 16 part + (0-15) */
+                        uint8x16_t low_bits = vld1q_u8(low + 32 * (m % 2) + 16 * part);
+                        uint8x16_t high_bits = vld1q_u8(high + 16 * part);
+                        low_bits = m < 2 ? vandq_u8(low_bits, vdupq_n_u8(15)) : vshrq_n_u8(low_bits, 4);
+                        high_bits = vandq_u8(vshlq_u8(high_bits, vdupq_n_s8((int8_t)(4 - 2 * m))), vdupq_n_u8(0x30));
+                        int8x16_t q = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low_bits, high_bits)), vdupq_n_s8(32));
+                        int8x16_t xv = vld1q_s8(x + 128 * half + 32 * m + 16 * part);
+                        int32_t scale = (int8_t)block[Q6K_SCALES + 8 * half + 2 * m + part];
+                        acc[part] = vmlaq_n_s32(acc[part], vdotq_s32(vdupq_n_s32(0), q, xv), scale);
+                    }
+            }
+            int32_t dot = vaddvq_s32(vaddq_s32(acc[0], acc[1]));
+            val += xs[b] * (half_to_float(block + Q6K_D) * (float)dot);
+        }
+        out[i] = val;
+    }
+}
+
+/* block_tokens_neon() with sdot: each int32 lane's sums of a sub-block
+   (q4k: over all 8 vectors of a half of its lanes; q6k: 4) times its scale
+   as int32. */
+static DOTPROD void block_tokens_dotprod(const BlockUnpackedNeon *u, const uint8_t *in, int q6k, float32x4_t sums[2]) {
+    int32x4_t scales[4]; /* lane p: u->scales[s]'s lanes 4p of its two halves, as int32 */
+    for (int s = 0; s < (q6k ? 4 : 2); s++) {
+        int16x8_t even = vuzp1q_s16(u->scales[s][0], u->scales[s][1]);
+        scales[s] = vmovl_s16(vget_low_s16(vuzp1q_s16(even, even)));
+    }
+    int32x4_t dots[8];
+    for (int k = 0; k < 8; k++) {
+        int32x4_t acc = vdupq_n_s32(0);
+        for (int h = 0; h < 2; h++) {
+            int32x4_t sub[2] = {vdupq_n_s32(0), vdupq_n_s32(0)}; /* q4k: both halves in sub[0] */
+            for (int m = 0; m < 4; m++)
+                for (int half = 0; half < 2; half++) {
+                    int8x16_t x = vld1q_s8((const int8_t *)in + 32 * (8 * (4 * h + m) + k) + 16 * half);
+                    sub[q6k ? half : 0] = vdotq_s32(sub[q6k ? half : 0], u->q[4 * h + m][half], x);
+                }
+            for (int half = 0; half < (q6k ? 2 : 1); half++)
+                acc = vmlaq_s32(acc, sub[half], scales[q6k ? 2 * h + half : h]);
+        }
+        dots[k] = acc;
+    }
+    block_floats_neon(u, in, q6k, dots, sums);
+}
+
+static void matmul_q4k_tokens_dotprod(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
+                                      int begin, int end) {
+    matmul_blocks_tokens_neon(out, out_stride, tokens, w->q4k, 0, n, T, begin, end, block_tokens_dotprod);
+}
+
+static void matmul_q6k_tokens_dotprod(float *out, size_t out_stride, const void *tokens, const Matrix *w, int n, int T,
+                                      int begin, int end) {
+    matmul_blocks_tokens_neon(out, out_stride, tokens, w->q6k, 1, n, T, begin, end, block_tokens_dotprod);
+}
+
 /* The tokens left after the passes of 8 (all of them when decoding), 2 at a
    time with the whole block. */
 static inline __attribute__((always_inline)) DOTPROD void
@@ -6359,10 +6481,23 @@ static void prepare_q8_packed_dotprod(void *scratch, const int8_t *xq, const flo
     else prepare_q8_pairs_neon(scratch, xq, xs, n, group_size, T, begin, end);
 }
 
+/* How a set runs 8 tokens from `first` through rows 8 * half .. 8 * half + 7
+   of a packed block. */
+typedef void (*Q8Pass8Fn)(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size,
+                          int width, int row, int first, int half);
+
+static inline __attribute__((always_inline)) DOTPROD void
+q8_pass8_dotprod(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n, int group_size, int width,
+                 int row, int first, int half) {
+    q8_pass_dotprod(out, out_stride, in, w, n, group_size, width, row, first, 8, 2, 2 * half);
+}
+
 /* matmul_q8_packed_body() for NEON: passes of 8 tokens over each half of a
-   block, the rest with q8_tail_dotprod(), rows past the blocks one at a time. */
-static DOTPROD void matmul_q8_packed_dotprod(float *out, size_t out_stride, float *out_t, const void *scratch,
-                                             const Matrix *w, int n, int group_size, int T, int begin, int end) {
+   block (pass8), the rest with q8_tail_dotprod(), rows past the blocks one at
+   a time. */
+static inline __attribute__((always_inline)) DOTPROD void
+matmul_q8_packed_neon(float *out, size_t out_stride, float *out_t, const void *scratch, const Matrix *w, int n,
+                      int group_size, int T, int begin, int end, Q8Pass8Fn pass8) {
     if (!q8_packable(n, group_size)) {
         matmul_q8_tokens_neon(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end);
         return;
@@ -6372,11 +6507,15 @@ static DOTPROD void matmul_q8_packed_dotprod(float *out, size_t out_stride, floa
     for (; w->packed && row + 16 <= end; row += 16) {
         int first = 0;
         for (; first + 8 <= T; first += 8)
-            for (int half = 0; half < 2; half++)
-                q8_pass_dotprod(out, out_stride, in, w, n, group_size, width, row, first, 8, 2, 2 * half);
+            for (int half = 0; half < 2; half++) pass8(out, out_stride, in, w, n, group_size, width, row, first, half);
         q8_tail_dotprod(out, out_stride, in, w, n, group_size, width, row, first, T);
     }
     for (; row < end; row++) q8_slots_row_plain(out, out_stride, in, w, n, group_size, width, row, T);
+}
+
+static DOTPROD void matmul_q8_packed_dotprod(float *out, size_t out_stride, float *out_t, const void *scratch,
+                                             const Matrix *w, int n, int group_size, int T, int begin, int end) {
+    matmul_q8_packed_neon(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, q8_pass8_dotprod);
 }
 #endif
 
@@ -6446,20 +6585,7 @@ q8_pass8_i8mm(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int n
 /* matmul_q8_packed_dotprod() with smmla's passes of 8 tokens. */
 static I8MM void matmul_q8_packed_i8mm(float *out, size_t out_stride, float *out_t, const void *scratch,
                                        const Matrix *w, int n, int group_size, int T, int begin, int end) {
-    if (!q8_packable(n, group_size)) {
-        matmul_q8_tokens_neon(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end);
-        return;
-    }
-    Q8Tokens in = q8_tokens_layout(scratch, n, group_size, T, 4);
-    int width = (T + 15) / 16 * 16, row = begin;
-    for (; w->packed && row + 16 <= end; row += 16) {
-        int first = 0;
-        for (; first + 8 <= T; first += 8)
-            for (int half = 0; half < 2; half++)
-                q8_pass8_i8mm(out, out_stride, in, w, n, group_size, width, row, first, half);
-        q8_tail_dotprod(out, out_stride, in, w, n, group_size, width, row, first, T);
-    }
-    for (; row < end; row++) q8_slots_row_plain(out, out_stride, in, w, n, group_size, width, row, T);
+    matmul_q8_packed_neon(out, out_stride, out_t, scratch, w, n, group_size, T, begin, end, q8_pass8_i8mm);
 }
 #endif
 
@@ -6480,16 +6606,21 @@ static int cpu_has_dotprod(void) {
 #endif
 }
 
-/* NEON with sdot: the neon set but for its int8 matmuls, on packed blocks. */
-static const KernelSet dotprod_kernels = {
-    .name = "dotprod", .cpu_has = cpu_has_dotprod, .matvec = matvec_neon, .quantize = quantize_neon,
-    .matvec_q8 = matvec_q8_neon, .matvec_q4k = matvec_q4k_neon, .matvec_q6k = matvec_q6k_neon,
-    .softmax = softmax_neon, .argmax = argmax_neon, .swiglu = swiglu_neon, .rope = rope_neon,
-    .rmsnorm_tokens = rmsnorm_tokens_neon, .attention_block = attention_block_neon, .prepare_tokens = prepare_tokens8,
-    .matmul_tokens = matmul_tokens_neon, .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_packed_dotprod,
-    .matmul_q8_tokens = matmul_q8_packed_dotprod, .matmul_q4k_tokens = matmul_q4k_tokens_neon,
-    .matmul_q6k_tokens = matmul_q6k_tokens_neon, .packs_q8 = PACK_SIGNED,
-};
+/* The dotprod and i8mm sets: the neon set but for the matmuls of int8 (on
+   packed blocks, with q8_tokens_fn), q4k and q6k weights. */
+#define NEON_DOT_KERNELS(set, cpu, q8_tokens_fn) \
+    static const KernelSet set##_kernels = { \
+        .name = #set, .cpu_has = cpu, .matvec = matvec_neon, .quantize = quantize_neon, \
+        .matvec_q8 = matvec_q8_neon, .matvec_q4k = matvec_q4k_dotprod, .matvec_q6k = matvec_q6k_dotprod, \
+        .softmax = softmax_neon, .argmax = argmax_neon, .swiglu = swiglu_neon, .rope = rope_neon, \
+        .rmsnorm_tokens = rmsnorm_tokens_neon, .attention_block = attention_block_neon, \
+        .prepare_tokens = prepare_tokens8, .matmul_tokens = matmul_tokens_neon, .q8_group_multiple = 2, \
+        .prepare_q8_tokens = prepare_q8_packed_dotprod, .matmul_q8_tokens = q8_tokens_fn, \
+        .matmul_q4k_tokens = matmul_q4k_tokens_dotprod, .matmul_q6k_tokens = matmul_q6k_tokens_dotprod, \
+        .packs_q8 = PACK_SIGNED, \
+    };
+
+NEON_DOT_KERNELS(dotprod, cpu_has_dotprod, matmul_q8_packed_dotprod)
 #endif
 
 #if defined(HAVE_I8MM)
@@ -6508,15 +6639,7 @@ static int cpu_has_i8mm(void) {
 }
 
 /* The dotprod set with smmla for 8 tokens at a time. */
-static const KernelSet i8mm_kernels = {
-    .name = "i8mm", .cpu_has = cpu_has_i8mm, .matvec = matvec_neon, .quantize = quantize_neon,
-    .matvec_q8 = matvec_q8_neon, .matvec_q4k = matvec_q4k_neon, .matvec_q6k = matvec_q6k_neon,
-    .softmax = softmax_neon, .argmax = argmax_neon, .swiglu = swiglu_neon, .rope = rope_neon,
-    .rmsnorm_tokens = rmsnorm_tokens_neon, .attention_block = attention_block_neon, .prepare_tokens = prepare_tokens8,
-    .matmul_tokens = matmul_tokens_neon, .q8_group_multiple = 2, .prepare_q8_tokens = prepare_q8_packed_dotprod,
-    .matmul_q8_tokens = matmul_q8_packed_i8mm, .matmul_q4k_tokens = matmul_q4k_tokens_neon,
-    .matmul_q6k_tokens = matmul_q6k_tokens_neon, .packs_q8 = PACK_SIGNED,
-};
+NEON_DOT_KERNELS(i8mm, cpu_has_i8mm, matmul_q8_packed_i8mm)
 #endif
 #endif
 
