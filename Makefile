@@ -80,6 +80,7 @@ run_arm64_qemu: Makefile
 	chmod +x $@
 
 test-arm64: run_arm64 test_all_arm64 run_arm64_qemu
+	$(if $(strip $(ARM64_CPUS)),,$(error ARM64_CPUS names no qemu CPU to test on))
 	first=1; for pair in $(ARM64_CPUS); do \
 		export QEMU_CPU=$${pair%%:*} EXPECT_KERNELS=$${pair#*:}; \
 		if [ $$first = 1 ]; then EMULATED=1 RUN=./run_arm64_qemu $(QEMU_ARM64) ./test_all_arm64 || exit 1; \

@@ -6427,11 +6427,13 @@ static DOTPROD void matvec_q6k_dotprod(float *out, const int8_t *xq, const float
     }
 }
 
-/* block_tokens_neon() with sdot: each int32 lane's sums of a sub-block
-   (q4k: over all 8 vectors of a half of its lanes; q6k: 4) times its scale
-   as int32. */
+/* block_tokens_neon() with sdot: each int32 lane's sums of a sub-block (q4k:
+   its 4 vectors in both halves, 8 sdot; q6k: 4 vectors of one half) times
+   its scale as int32. A call per block, token group and row (a dotprod
+   function does not inline into the neon driver); building its 2 or 4
+   scale vectors, 3 instructions each, is small beside its 8 x 18-20. */
 static DOTPROD void block_tokens_dotprod(const BlockUnpackedNeon *u, const uint8_t *in, int q6k, float32x4_t sums[2]) {
-    int32x4_t scales[4]; /* lane p: u->scales[s]'s lanes 4p of its two halves, as int32 */
+    int32x4_t scales[4]; /* lane p: int16 lane 4 (p % 2) of u->scales[s][p / 2], as int32 */
     for (int s = 0; s < (q6k ? 4 : 2); s++) {
         int16x8_t even = vuzp1q_s16(u->scales[s][0], u->scales[s][1]);
         scales[s] = vmovl_s16(vget_low_s16(vuzp1q_s16(even, even)));

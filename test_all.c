@@ -5461,8 +5461,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_all [--quick | --kernels]\n");
         return 2;
     }
-    if (kernels_only) { /* make test-arm64's second CPU: the sets it has, chosen as on a user's machine */
-        printf("kernels only: the forward pass, packing and every kernel set this CPU has\n");
+    if (kernels_only) { /* make test-arm64's further CPUs: the sets each has, chosen as on a user's machine */
+        printf("kernels only: the forward pass, packing, the start-up choice and every kernel set this CPU has\n");
         test_forward_matches_reference();
         test_packed_int8_model();
         test_kernel_choice();
