@@ -3764,13 +3764,36 @@ static inline __attribute__((always_inline)) int16x8_t products32_neon(int8x16_t
     return vmlal_high_s8(sum, q1, x1);
 }
 
+/* A q4k block's integer dot product with 256 int8 inputs, each sub-block's
+   products times its scale (the mins apart): the one step a set changes. */
+typedef int32_t (*Q4kDotFn)(const uint8_t *block, const int8_t *x, const int16_t scales[8]);
+
 /* matvec_q4k() for NEON, a row at a time: vmull_s8 multiplies the 4-bit
    values by the inputs, a sub-block's products add up as int16 in 8 lanes,
    and vmlal applies its scale, into four sums (four chains of adds that can
    overlap). The integer totals are the plain kernel's, and each row combines
    its blocks as it does. The inputs' sub-block sums, for the mins, are the
    same for every row: taken once per chunk of blocks. */
-static void matvec_q4k_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+static inline __attribute__((always_inline)) int32_t q4k_dot_neon(const uint8_t *block, const int8_t *x,
+                                                                 const int16_t scales[8]) {
+    int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    for (int pair = 0; pair < 4; pair++) {
+        uint8x16_t q0 = vld1q_u8(block + 16 + 32 * pair), q1 = vld1q_u8(block + 32 + 32 * pair);
+        int16x8_t lo = products32_neon(vreinterpretq_s8_u8(vandq_u8(q0, vdupq_n_u8(15))),
+                                       vreinterpretq_s8_u8(vandq_u8(q1, vdupq_n_u8(15))), x + 64 * pair);
+        int16x8_t hi = products32_neon(vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)),
+                                       x + 64 * pair + 32);
+        acc[0] = vmlal_n_s16(acc[0], vget_low_s16(lo), scales[2 * pair]);
+        acc[1] = vmlal_high_n_s16(acc[1], lo, scales[2 * pair]);
+        acc[2] = vmlal_n_s16(acc[2], vget_low_s16(hi), scales[2 * pair + 1]);
+        acc[3] = vmlal_high_n_s16(acc[3], hi, scales[2 * pair + 1]);
+    }
+    return vaddvq_s32(vaddq_s32(vaddq_s32(acc[0], acc[1]), vaddq_s32(acc[2], acc[3])));
+}
+
+static inline __attribute__((always_inline)) void matvec_q4k_body(float *out, const int8_t *xq, const float *xs,
+                                                                  const Matrix *w, int n, int begin, int end,
+                                                                  Q4kDotFn block_dot) {
     int blocks = n / Q4K_BLOCK;
     for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
         int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
@@ -3780,32 +3803,23 @@ static void matvec_q4k_neon(float *out, const int8_t *xq, const float *xs, const
             const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
             float val = c0 ? out[i] : 0.0f; /* the earlier chunks' sum */
             for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
-                const int8_t *x = xq + (size_t)Q4K_BLOCK * b;
                 for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64) prefetch(block + line, BLOCK_PREFETCH_BYTES);
                 uint8x16_t scales_mins = q4k_scales_mins_neon(block + 4);
                 int16_t scales[8];
                 vst1q_s16(scales, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(scales_mins))));
                 int16x8_t mins = vreinterpretq_s16_u16(vmovl_high_u8(scales_mins));
                 int16x8_t sums = vld1q_s16(x_sums + 8 * (b - c0));
-                int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
-                for (int pair = 0; pair < 4; pair++) {
-                    uint8x16_t q0 = vld1q_u8(block + 16 + 32 * pair), q1 = vld1q_u8(block + 32 + 32 * pair);
-                    int16x8_t lo = products32_neon(vreinterpretq_s8_u8(vandq_u8(q0, vdupq_n_u8(15))),
-                                                   vreinterpretq_s8_u8(vandq_u8(q1, vdupq_n_u8(15))), x + 64 * pair);
-                    int16x8_t hi = products32_neon(vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)),
-                                                   vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)), x + 64 * pair + 32);
-                    acc[0] = vmlal_n_s16(acc[0], vget_low_s16(lo), scales[2 * pair]);
-                    acc[1] = vmlal_high_n_s16(acc[1], lo, scales[2 * pair]);
-                    acc[2] = vmlal_n_s16(acc[2], vget_low_s16(hi), scales[2 * pair + 1]);
-                    acc[3] = vmlal_high_n_s16(acc[3], hi, scales[2 * pair + 1]);
-                }
-                int32_t dot = vaddvq_s32(vaddq_s32(vaddq_s32(acc[0], acc[1]), vaddq_s32(acc[2], acc[3])));
+                int32_t dot = block_dot(block, xq + (size_t)Q4K_BLOCK * b, scales);
                 int32_t min_total = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mins), vget_low_s16(sums)), mins, sums));
                 val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)min_total);
             }
             out[i] = val;
         }
     }
+}
+
+static void matvec_q4k_neon(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin, int end) {
+    matvec_q4k_body(out, xq, xs, w, n, begin, end, q4k_dot_neon);
 }
 
 /* matvec_q6k() for NEON, a row at a time as matvec_q4k_neon(): the values
@@ -6353,46 +6367,27 @@ q8_pass_dotprod(float *out, size_t out_stride, Q8Tokens in, const Matrix *w, int
    int32 lane, so a sub-block's products need no int16 step before its scale
    (as matvec_q4k_neon() and block_tokens_neon() take them); the integer dot
    product of a block is the same number, so the floats are Part I's. */
-static DOTPROD void matvec_q4k_dotprod(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
-                                       int end) {
-    int blocks = n / Q4K_BLOCK;
-    for (int c0 = 0; c0 < blocks; c0 += BLOCKS_PER_CHUNK) {
-        int c1 = blocks - c0 < BLOCKS_PER_CHUNK ? blocks : c0 + BLOCKS_PER_CHUNK;
-        int16_t x_sums[BLOCKS_PER_CHUNK * 8];
-        input_sums(x_sums, xq + (size_t)Q4K_BLOCK * c0, Q4K_BLOCK * (c1 - c0), 32);
-        for (int i = begin; i < end; i++) {
-            const uint8_t *block = w->q4k + ((size_t)i * blocks + c0) * Q4K_BLOCK_BYTES;
-            float val = c0 ? out[i] : 0.0f; /* the earlier chunks' sum */
-            for (int b = c0; b < c1; b++, block += Q4K_BLOCK_BYTES) {
-                const int8_t *x = xq + (size_t)Q4K_BLOCK * b;
-                for (int line = 0; line < Q4K_BLOCK_BYTES; line += 64)
-                    __builtin_prefetch((const void *)((uintptr_t)block + line + BLOCK_PREFETCH_BYTES));
-                uint8x16_t scales_mins = q4k_scales_mins_neon(block + 4);
-                int16_t scales[8];
-                vst1q_s16(scales, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(scales_mins))));
-                int16x8_t mins = vreinterpretq_s16_u16(vmovl_high_u8(scales_mins));
-                int16x8_t sums = vld1q_s16(x_sums + 8 * (b - c0));
-                int32x4_t acc[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
-                for (int pair = 0; pair < 4; pair++) {
-                    uint8x16_t q0 = vld1q_u8(block + 16 + 32 * pair), q1 = vld1q_u8(block + 32 + 32 * pair);
-                    int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(q0, vdupq_n_u8(15)));
-                    int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(q1, vdupq_n_u8(15)));
-                    int8x16_t hi0 = vreinterpretq_s8_u8(vshrq_n_u8(q0, 4));
-                    int8x16_t hi1 = vreinterpretq_s8_u8(vshrq_n_u8(q1, 4));
-                    const int8_t *xp = x + 64 * pair;
-                    int32x4_t lo = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo0, vld1q_s8(xp)), lo1, vld1q_s8(xp + 16));
-                    int32x4_t hi = vdotq_s32(vdotq_s32(vdupq_n_s32(0), hi0, vld1q_s8(xp + 32)), hi1, vld1q_s8(xp + 48));
-                    acc[0] = vmlaq_n_s32(acc[0], lo, scales[2 * pair]);
-                    acc[1] = vmlaq_n_s32(acc[1], hi, scales[2 * pair + 1]);
-                }
-                int32_t dot = vaddvq_s32(vaddq_s32(acc[0], acc[1]));
-                int32x4_t min_products = vmlal_high_s16(vmull_s16(vget_low_s16(mins), vget_low_s16(sums)), mins, sums);
-                int32_t min_total = vaddvq_s32(min_products);
-                val += xs[b] * (half_to_float(block) * (float)dot - half_to_float(block + 2) * (float)min_total);
-            }
-            out[i] = val;
-        }
+static DOTPROD int32_t q4k_dot_dotprod(const uint8_t *block, const int8_t *x, const int16_t scales[8]) {
+    int32x4_t acc[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+    for (int pair = 0; pair < 4; pair++) {
+        uint8x16_t q0 = vld1q_u8(block + 16 + 32 * pair), q1 = vld1q_u8(block + 32 + 32 * pair);
+        int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(q0, vdupq_n_u8(15)));
+        int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(q1, vdupq_n_u8(15)));
+        int8x16_t hi0 = vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), hi1 = vreinterpretq_s8_u8(vshrq_n_u8(q1, 4));
+        const int8_t *xp = x + 64 * pair;
+        int32x4_t lo = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo0, vld1q_s8(xp)), lo1, vld1q_s8(xp + 16));
+        int32x4_t hi = vdotq_s32(vdotq_s32(vdupq_n_s32(0), hi0, vld1q_s8(xp + 32)), hi1, vld1q_s8(xp + 48));
+        acc[0] = vmlaq_n_s32(acc[0], lo, scales[2 * pair]);
+        acc[1] = vmlaq_n_s32(acc[1], hi, scales[2 * pair + 1]);
     }
+    return vaddvq_s32(vaddq_s32(acc[0], acc[1]));
+}
+
+/* The neon driver with sdot's block step, called per block (a dotprod
+   function does not inline into it). */
+static void matvec_q4k_dotprod(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
+                               int end) {
+    matvec_q4k_body(out, xq, xs, w, n, begin, end, q4k_dot_dotprod);
 }
 
 static DOTPROD void matvec_q6k_dotprod(float *out, const int8_t *xq, const float *xs, const Matrix *w, int n, int begin,
